@@ -1,0 +1,333 @@
+// File: kernels/cpu/gemm_onednn.cpp
+// The oneDNN ("cpu") GEMM backend. Each distinct signature gets one matmul primitive, cached.
+// Transposes are expressed as memory strides; when oneDNN has only its slow reference kernel
+// for a layout (int8 with a transposed A, say), the operand is repacked into a layout it runs
+// natively. Precisions without a native kernel are decoded to FP32 first ("emulated").
+#include "kernels/cpu/gemm_onednn.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <unordered_map>
+#include <mutex>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include <dnnl.hpp>
+
+#include "kernels/cpu_isa.h"
+
+namespace qsync {
+namespace {
+
+using dnnl::memory;
+using dt = dnnl::memory::data_type;
+
+dnnl::engine& cpu_engine() {
+  static dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+  return engine;
+}
+
+bool is_ref_impl(const std::string& impl) { return impl.empty() || impl.rfind("ref", 0) == 0; }
+
+// The oneDNN data type an operand is handed over in, when oneDNN computes it natively.
+dt native_type(Precision p, bool int8_unsigned) {
+  switch (p) {
+    case Precision::FP32: return dt::f32;
+    case Precision::BF16: return dt::bf16;
+    case Precision::FP16: return dt::f16;
+    case Precision::INT8: return int8_unsigned ? dt::u8 : dt::s8;
+    default: return dt::undef;  // TF32, FP8: always through FP32
+  }
+}
+
+// One matmul configuration: the key of the primitive cache.
+struct MatmulKey {
+  dt a_type, b_type;
+  int64_t m, n, k;
+  bool ta, tb;
+  int64_t lda, ldb, ldc;
+  int scale_mask;  // -1: no output scales, 0: one scale, 2: per column of C
+  float beta;
+  bool a_zero_point = false;  // u8 A with a runtime source zero point (see Int8Input)
+  auto tie() const { return std::tie(a_type, b_type, m, n, k, ta, tb, lda, ldb, ldc, scale_mask, beta, a_zero_point); }
+  bool operator<(const MatmulKey& o) const { return tie() < o.tie(); }
+};
+
+struct Matmul {
+  dnnl::matmul::primitive_desc pd;
+  dnnl::matmul prim;
+  std::string impl;
+};
+
+memory::desc matrix_desc(int64_t rows, int64_t cols, dt type, bool transposed, int64_t ld) {
+  // Logical (rows, cols); a transposed operand is stored (cols, rows) with row stride ld.
+  const memory::dims strides = transposed ? memory::dims{1, ld} : memory::dims{ld, 1};
+  return memory::desc({rows, cols}, type, strides);
+}
+
+// Builds the primitive, or returns nullopt-like empty impl when oneDNN rejects it.
+Matmul matmul_create(const MatmulKey& key) {
+  const auto a = matrix_desc(key.m, key.k, key.a_type, key.ta, key.lda);
+  const auto b = matrix_desc(key.k, key.n, key.b_type, key.tb, key.ldb);
+  const auto c = matrix_desc(key.m, key.n, dt::f32, false, key.ldc);
+  dnnl::primitive_attr attr;
+  if (key.scale_mask >= 0) attr.set_output_scales(key.scale_mask, {DNNL_RUNTIME_F32_VAL});
+  if (key.a_zero_point) attr.set_zero_points(DNNL_ARG_SRC, 0, {DNNL_RUNTIME_S32_VAL});
+  if (key.beta != 0.0f) {
+    dnnl::post_ops ops;
+    ops.append_sum(key.beta);
+    attr.set_post_ops(ops);
+  }
+  Matmul mm;
+  try {
+    mm.pd = dnnl::matmul::primitive_desc(dnnl::matmul::desc(a, b, c), attr, cpu_engine());
+    mm.prim = dnnl::matmul(mm.pd);
+    mm.impl = mm.pd.impl_info_str();
+  } catch (const dnnl::error&) {
+    mm.impl.clear();
+  }
+  return mm;
+}
+
+const Matmul& matmul_cached(const MatmulKey& key) {
+  static std::mutex mutex;
+  static std::map<MatmulKey, Matmul> cache;
+  std::lock_guard<std::mutex> lock(mutex);
+  auto it = cache.find(key);
+  if (it == cache.end()) it = cache.emplace(key, matmul_create(key)).first;
+  return it->second;
+}
+
+// How a signature will run: the oneDNN types, which operands to repack to which transpose,
+// and whether it is native.
+struct Route {
+  dt a_type = dt::f32, b_type = dt::f32;
+  bool ta = false, tb = false;  // the layouts handed to oneDNN (repack when they differ)
+  bool emulated = true;
+  std::string impl;
+};
+
+Route route_for(const GemmSignature& s) {
+  const bool ta = s.a_trans == Transpose::YES, tb = s.b_trans == Transpose::YES;
+  const dt at = native_type(s.a_precision, s.a_int8_unsigned), bt = native_type(s.b_precision, false);
+  // oneDNN's BF16 on AVX-512 CPUs without BF16 instructions is a slow JIT emulation; decoding to
+  // FP32 (exact) and running the FP32 kernel is several times faster.
+  const bool bf16_emulated = s.a_precision == Precision::BF16 && cpu_isa_active() < CpuIsa::AVX512_BF16;
+  if (at != dt::undef && bt != dt::undef && !bf16_emulated) {
+    // Try the requested layout first, then layouts that need one or both operands repacked.
+    const std::pair<bool, bool> layouts[] = {{ta, tb}, {false, tb}, {ta, !tb}, {false, !tb}};
+    for (const auto& [la, lb] : layouts) {
+      const MatmulKey probe{at, bt, 64, 64, 64, la, lb, 64, 64, 64, 0, 0.0f};
+      const std::string impl = matmul_cached(probe).impl;
+      if (!is_ref_impl(impl)) return Route{at, bt, la, lb, false, impl};
+    }
+  }
+  // Emulated: decode to FP32 (packed in the requested layout) and run the FP32 kernel.
+  const MatmulKey probe{dt::f32, dt::f32, 64, 64, 64, ta, tb, 64, 64, 64, 0, 0.0f};
+  return Route{dt::f32, dt::f32, ta, tb, true, "fp32 " + matmul_cached(probe).impl};
+}
+
+// A route decided per precision pair and layout, once.
+const Route& route_cached(const GemmSignature& s) {
+  static std::mutex mutex;
+  static std::map<std::tuple<Precision, Precision, bool, bool, bool>, Route> cache;
+  const auto key = std::make_tuple(s.a_precision, s.b_precision, s.a_trans == Transpose::YES,
+                                   s.b_trans == Transpose::YES, s.a_int8_unsigned);
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    auto it = cache.find(key);
+    if (it != cache.end()) return it->second;
+  }
+  Route r = route_for(s);
+  std::lock_guard<std::mutex> lock(mutex);
+  return cache.emplace(key, std::move(r)).first->second;
+}
+
+// Copies a stored matrix into the other layout: (rows, cols) with stride ld -> (cols, rows) packed.
+std::vector<uint8_t> transpose_bytes(const void* src, int64_t rows, int64_t cols, int64_t ld, int elem) {
+  std::vector<uint8_t> out(size_t(rows * cols * elem));
+  const auto* s = static_cast<const uint8_t*>(src);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c)
+      std::memcpy(&out[size_t((c * rows + r) * elem)], s + (r * ld + c) * elem, size_t(elem));
+  return out;
+}
+
+// How INT8 A reaches oneDNN on CPUs without VNNI (see GemmBackendOnednn::gemm).
+enum class Int8Input { AS_IS, SHIFT_TO_U8, DECODE_TO_FP32 };
+constexpr int32_t U8_SHIFT = 64;
+
+Int8Input int8_input_for_saturating_isa(const GemmOperand& a, int64_t rows, int64_t cols) {
+  int max_abs = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    if (a.int8_unsigned) {
+      const uint8_t* p = static_cast<const uint8_t*>(a.data) + r * a.ld;
+      for (int64_t c = 0; c < cols; ++c) max_abs = std::max(max_abs, int(p[c]));
+    } else {
+      const int8_t* p = static_cast<const int8_t*>(a.data) + r * a.ld;
+      for (int64_t c = 0; c < cols; ++c) max_abs = std::max(max_abs, std::abs(int(p[c])));
+    }
+  }
+  if (a.int8_unsigned) return max_abs <= 127 ? Int8Input::AS_IS : Int8Input::DECODE_TO_FP32;
+  return max_abs <= INT8_REDUCED_RANGE_MAX ? Int8Input::SHIFT_TO_U8 : Int8Input::DECODE_TO_FP32;
+}
+
+// s8 (rows, cols) with stride ld -> packed u8 = s8 + 64, transposed when `transpose`.
+std::vector<uint8_t> shifted_to_u8(const void* src, int64_t rows, int64_t cols, int64_t ld, bool transpose) {
+  std::vector<uint8_t> out(size_t(rows * cols));
+  const auto* s = static_cast<const int8_t*>(src);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c)
+      out[size_t(transpose ? c * rows + r : r * cols + c)] = uint8_t(int(s[r * ld + c]) + U8_SHIFT);
+  return out;
+}
+
+class GemmBackendOnednn final : public GemmBackend {
+ public:
+  const char* name() const override { return "cpu"; }
+
+  GemmSupport supports(const GemmSignature& s) const override {
+    if (s.m <= 0 || s.n <= 0 || s.k <= 0) return {SupportLevel::UNSUPPORTED, "sizes must be positive"};
+    const Route& r = route_cached(s);
+    if (!r.emulated) return {SupportLevel::NATIVE, "oneDNN " + r.impl};
+    return {SupportLevel::EMULATED, std::string(precision_name(s.a_precision)) + " decoded to fp32, oneDNN " + r.impl};
+  }
+
+  void gemm(const GemmDesc& in) const override {
+    const GemmDesc d = gemm_resolve(in);
+    const GemmSignature s = gemm_signature(d);
+    const Route& r = route_cached(s);
+    const bool ta = d.a.trans == Transpose::YES, tb = d.b.trans == Transpose::YES;
+
+    // Without VNNI, oneDNN's INT8 kernels multiply u8 x s8 pairs into saturating int16
+    // (vpmaddubsw): exact only while |a| <= 127 as u8. Signed A within [-63, 63] (7-bit,
+    // "reduce_range" quantization) is handed over as u8 = a + 64 with a source zero point of
+    // 64; wider A is computed exactly through FP32 instead.
+    Int8Input int8_input = Int8Input::AS_IS;
+    if (!r.emulated && d.a.precision == Precision::INT8 && cpu_isa_active() < CpuIsa::AVX512)
+      int8_input = int8_input_for_saturating_isa(d.a, ta ? d.k : d.m, ta ? d.m : d.k);
+    const bool emulated = r.emulated || int8_input == Int8Input::DECODE_TO_FP32;
+
+    // Operand buffers as handed to oneDNN.
+    const void* a_ptr = d.a.data;
+    const void* b_ptr = d.b.data;
+    int64_t lda = d.a.ld, ldb = d.b.ld;
+    std::vector<float> a_fp32, b_fp32;
+    std::vector<uint8_t> a_packed, b_packed;
+    const int64_t a_rows = ta ? d.k : d.m, a_cols = ta ? d.m : d.k;  // stored shape
+    const int64_t b_rows = tb ? d.n : d.k, b_cols = tb ? d.k : d.n;
+    bool route_ta = r.ta, route_tb = r.tb;
+    if (emulated) {
+      a_fp32.resize(size_t(a_rows * a_cols));
+      b_fp32.resize(size_t(b_rows * b_cols));
+      gemm_operand_to_fp32(d.a, a_rows, a_cols, a_fp32.data());
+      gemm_operand_to_fp32(d.b, b_rows, b_cols, b_fp32.data());
+      a_ptr = a_fp32.data();
+      b_ptr = b_fp32.data();
+      lda = a_cols;
+      ldb = b_cols;
+      route_ta = ta;
+      route_tb = tb;
+    } else {
+      const int a_elem = precision_bytes(d.a.precision), b_elem = precision_bytes(d.b.precision);
+      if (int8_input == Int8Input::SHIFT_TO_U8) {
+        a_packed = shifted_to_u8(d.a.data, a_rows, a_cols, d.a.ld, r.ta != ta);
+        a_ptr = a_packed.data();
+        lda = r.ta != ta ? a_rows : a_cols;
+      } else if (r.ta != ta) {
+        a_packed = transpose_bytes(d.a.data, a_rows, a_cols, d.a.ld, a_elem);
+        a_ptr = a_packed.data();
+        lda = a_rows;
+      }
+      if (r.tb != tb) {
+        b_packed = transpose_bytes(d.b.data, b_rows, b_cols, d.b.ld, b_elem);
+        b_ptr = b_packed.data();
+        ldb = b_rows;
+      }
+    }
+    const dt a_type = emulated ? dt::f32 : int8_input == Int8Input::SHIFT_TO_U8 ? dt::u8 : r.a_type;
+    const dt b_type = emulated ? dt::f32 : r.b_type;
+
+    // Output scales: sa * sb(j). Per-row A scales are applied after the GEMM.
+    const bool a_per_row = d.a.scale_mode == ScaleMode::PER_CHANNEL;
+    const float sa = d.a.scale_mode == ScaleMode::PER_TENSOR ? d.a.scales[0] : 1.0f;
+    std::vector<float> scales;
+    int mask = -1;
+    if (d.b.scale_mode == ScaleMode::PER_CHANNEL) {
+      mask = 2;
+      scales.resize(size_t(d.n));
+      for (int64_t j = 0; j < d.n; ++j) scales[size_t(j)] = sa * d.b.scales[j];
+    } else if (d.a.scale_mode != ScaleMode::NONE || d.b.scale_mode != ScaleMode::NONE) {
+      mask = 0;
+      scales = {sa * (d.b.scale_mode == ScaleMode::PER_TENSOR ? d.b.scales[0] : 1.0f)};
+    }
+    // With per-row A scales, beta must be applied after them: compute into a scratch C.
+    std::vector<float> c_scratch;
+    float* c_ptr = d.c;
+    int64_t ldc = d.ldc;
+    float beta = d.beta;
+    if (a_per_row) {
+      c_scratch.resize(size_t(d.m * d.n));
+      c_ptr = c_scratch.data();
+      ldc = d.n;
+      beta = 0.0f;
+    }
+
+    const bool zero_point = int8_input == Int8Input::SHIFT_TO_U8;
+    const MatmulKey key{a_type, b_type, d.m, d.n, d.k, route_ta, route_tb, lda, ldb, ldc, mask, beta, zero_point};
+    const Matmul& mm = matmul_cached(key);
+    if (mm.impl.empty())
+      throw GemmError("gemm: oneDNN has no matmul for " + std::string(precision_name(d.a.precision)) +
+                      " with these layouts; use the ref backend");
+    dnnl::engine& eng = cpu_engine();
+    thread_local dnnl::stream stream(eng);
+    std::unordered_map<int, memory> args = {
+        {DNNL_ARG_SRC, memory(mm.pd.src_desc(), eng, const_cast<void*>(a_ptr))},
+        {DNNL_ARG_WEIGHTS, memory(mm.pd.weights_desc(), eng, const_cast<void*>(b_ptr))},
+        {DNNL_ARG_DST, memory(mm.pd.dst_desc(), eng, c_ptr)},
+    };
+    if (mask >= 0) {
+      const memory::desc sd({int64_t(scales.size())}, dt::f32, memory::dims{1});
+      args.emplace(DNNL_ARG_ATTR_OUTPUT_SCALES, memory(sd, eng, scales.data()));
+    }
+    int32_t src_zero_point = U8_SHIFT;
+    if (zero_point) {
+      const memory::desc zd({1}, dt::s32, memory::dims{1});
+      args.emplace(DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_SRC, memory(zd, eng, &src_zero_point));
+    }
+    mm.prim.execute(stream, args);
+    stream.wait();
+
+    if (a_per_row) {
+      for (int64_t i = 0; i < d.m; ++i) {
+        const float s_i = d.a.scales[i];
+        float* out = d.c + i * d.ldc;
+        const float* tmp = c_scratch.data() + i * d.n;
+        for (int64_t j = 0; j < d.n; ++j)
+          out[j] = s_i * tmp[j] + (d.beta == 0.0f ? 0.0f : d.beta * out[j]);
+      }
+    }
+  }
+};
+
+}  // namespace
+
+const GemmBackend* gemm_backend_cpu() {
+  static const GemmBackendOnednn backend;
+  return &backend;
+}
+
+int cpu_int8_activation_max() { return cpu_isa_active() >= CpuIsa::AVX512 ? 127 : INT8_REDUCED_RANGE_MAX; }
+
+std::string onednn_matmul_impl(Precision p) {
+  const dt t = native_type(p, false);
+  if (t == dt::undef) return "";
+  const MatmulKey probe{t, t, 64, 64, 64, false, true, 64, 64, 64, 0, 0.0f};
+  const std::string impl = matmul_cached(probe).impl;
+  return impl;
+}
+
+}  // namespace qsync

@@ -1,0 +1,348 @@
+// File: kernels/cuda/quantize_cuda.cu
+// CUDA quantizers, converters and the GEMM dequant epilogue (see quantize_cuda.h).
+//
+// Bit-exactness with the CPU `_ref` functions:
+//   * every float operation is written as the intrinsic of exactly what the reference does
+//     (__fdiv_rn, __fmul_rn, __fadd_rn, and __fmaf_rn where it fuses), which nvcc never
+//     contracts or reorders (plain a * b + c may become an FMA). Needs no --use_fast_math and
+//     no -ftz=true: subnormals must stay exact;
+//   * NaN, inf and overflow are handled explicitly with the reference's bit patterns, and the
+//     cuda_fp16 / cuda_bf16 / cuda_fp8 intrinsics only see finite values already clamped to the
+//     format's max finite value, where their round-to-nearest-even is the reference's;
+//   * a NaN is never fed to a multiply: the GPU returns a canonical NaN where x86 propagates the
+//     operand, so the NaN's own bits (quieted) are carried through instead.
+#include "kernels/cuda/quantize_cuda.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "kernels/cuda/cuda_device.h"
+
+namespace qsync {
+namespace {
+
+cudaStream_t as_stream(void* stream) { return static_cast<cudaStream_t>(stream); }
+
+constexpr int THREADS = 256;
+constexpr int64_t MAX_BLOCKS = 65535;
+
+int64_t blocks_for(int64_t n) { return std::clamp<int64_t>((n + THREADS - 1) / THREADS, 1, MAX_BLOCKS); }
+
+// ---------------------------------------------------------------------------------------------
+// Elementwise launcher: op(i) for i in [0, n), grid-stride.
+template <typename Op>
+__global__ void elementwise_kernel(Op op, int64_t n) {
+  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) op(i);
+}
+
+template <typename Op>
+void launch_elementwise(const Op& op, int64_t n, void* stream) {
+  if (n <= 0) return;
+  elementwise_kernel<<<unsigned(blocks_for(n)), THREADS, 0, as_stream(stream)>>>(op, n);
+  QSYNC_CUDA_CHECK(cudaGetLastError());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Conversions (float_convert_ref.cpp semantics). __host__ __device__ so the host twins in
+// quantize_cuda.h run the very same code (there the intrinsics take their software paths).
+#define QSYNC_HD __host__ __device__ inline
+
+QSYNC_HD uint32_t float_bits(float x) {
+  uint32_t u;
+  memcpy(&u, &x, sizeof(u));
+  return u;
+}
+QSYNC_HD float bits_float(uint32_t u) {
+  float x;
+  memcpy(&x, &u, sizeof(x));
+  return x;
+}
+QSYNC_HD bool is_nan_bits(uint32_t u) { return (u & 0x7fffffffu) > 0x7f800000u; }
+QSYNC_HD bool is_inf_bits(uint32_t u) { return (u & 0x7fffffffu) == 0x7f800000u; }
+// |x| clamped to `max_finite` (finite x only).
+QSYNC_HD float magnitude_clamped(uint32_t u, float max_finite) {
+  const float a = bits_float(u & 0x7fffffffu);
+  return a > max_finite ? max_finite : a;
+}
+
+QSYNC_HD uint16_t fp32_to_fp16_bits(float x) {
+  const uint32_t u = float_bits(x);
+  const uint16_t sign = uint16_t((u >> 16) & 0x8000u);
+  if (is_nan_bits(u)) return uint16_t(sign | 0x7c00u | 0x0200u | ((u >> 13) & 0x3ffu));
+  if (is_inf_bits(u)) return uint16_t(sign | 0x7c00u);
+  const __half_raw h = __float2half_rn(magnitude_clamped(u, 65504.0f));  // finite overflow saturates
+  return uint16_t(sign | h.x);
+}
+
+QSYNC_HD float fp16_bits_to_fp32(uint16_t h) {
+  const uint32_t sign = uint32_t(h & 0x8000u) << 16, man = h & 0x3ffu;
+  if ((h & 0x7c00u) == 0x7c00u && man != 0) return bits_float(sign | 0x7fc00000u | (man << 13));
+  __half_raw raw;
+  raw.x = h;
+  return __half2float(__half(raw));
+}
+
+QSYNC_HD uint16_t fp32_to_bf16_bits(float x) {
+  const uint32_t u = float_bits(x);
+  const uint16_t sign = uint16_t((u >> 16) & 0x8000u);
+  if (is_nan_bits(u)) return uint16_t(sign | 0x7f80u | 0x0040u | ((u >> 16) & 0x7fu));
+  if (is_inf_bits(u)) return uint16_t(sign | 0x7f80u);
+  const __nv_bfloat16_raw b = __float2bfloat16_rn(magnitude_clamped(u, bits_float(0x7f7f0000u)));  // bf16 max
+  return uint16_t(sign | b.x);
+}
+
+QSYNC_HD float bf16_bits_to_fp32(uint16_t b) { return bits_float(uint32_t(b) << 16); }
+
+// E4M3: no inf (inf saturates to 448), one NaN per sign (S.1111.111).
+QSYNC_HD uint8_t fp32_to_e4m3_bits(float x) {
+  const uint32_t u = float_bits(x);
+  const uint8_t sign = uint8_t((u >> 24) & 0x80u);
+  if (is_nan_bits(u)) return uint8_t(sign | 0x7fu);
+  if (is_inf_bits(u)) return uint8_t(sign | 0x7eu);  // 448
+  const float a = magnitude_clamped(u, 448.0f);     // finite overflow saturates
+  if (a <= 0x1p-10f) return sign;  // at most half the smallest subnormal 2^-9: +-0
+  return uint8_t(sign | __nv_cvt_float_to_fp8(a, __NV_SATFINITE, __NV_E4M3));
+}
+
+QSYNC_HD float e4m3_bits_to_fp32(uint8_t v) {
+  if ((v & 0x7fu) == 0x7fu) return bits_float((uint32_t(v & 0x80u) << 24) | 0x7fc00000u | (7u << 20));
+  return __half2float(__half(__nv_cvt_fp8_to_halfraw(v, __NV_E4M3)));
+}
+
+// E5M2: IEEE-like, inf stays inf, NaN keeps the quiet bit and the top payload bit.
+QSYNC_HD uint8_t fp32_to_e5m2_bits(float x) {
+  const uint32_t u = float_bits(x);
+  const uint8_t sign = uint8_t((u >> 24) & 0x80u);
+  if (is_nan_bits(u)) return uint8_t(sign | 0x7cu | 0x02u | ((u >> 21) & 0x3u));
+  if (is_inf_bits(u)) return uint8_t(sign | 0x7cu);
+  const float a = magnitude_clamped(u, 57344.0f);  // finite overflow saturates
+  if (a <= 0x1p-17f) return sign;                   // at most half the smallest subnormal 2^-16: +-0
+  return uint8_t(sign | __nv_cvt_float_to_fp8(a, __NV_SATFINITE, __NV_E5M2));
+}
+
+QSYNC_HD float e5m2_bits_to_fp32(uint8_t v) {
+  const uint32_t man = v & 0x3u;
+  if ((v & 0x7cu) == 0x7cu && man != 0)
+    return bits_float((uint32_t(v & 0x80u) << 24) | 0x7fc00000u | (man << 21));
+  return __half2float(__half(__nv_cvt_fp8_to_halfraw(v, __NV_E5M2)));
+}
+
+// x * s as one FP32 multiply, except that a NaN x passes through quieted (what x86 returns;
+// the GPU would return its canonical NaN).
+__device__ float scaled(float x, float s) {
+  const uint32_t u = float_bits(x);
+  return is_nan_bits(u) ? bits_float(u | 0x00400000u) : __fmul_rn(x, s);
+}
+
+struct Fp32ToFp16 {
+  const float* x; uint16_t* y;
+  __device__ void operator()(int64_t i) const { y[i] = fp32_to_fp16_bits(x[i]); }
+};
+struct Fp16ToFp32 {
+  const uint16_t* x; float* y;
+  __device__ void operator()(int64_t i) const { y[i] = fp16_bits_to_fp32(x[i]); }
+};
+struct Fp32ToBf16 {
+  const float* x; uint16_t* y;
+  __device__ void operator()(int64_t i) const { y[i] = fp32_to_bf16_bits(x[i]); }
+};
+struct Bf16ToFp32 {
+  const uint16_t* x; float* y;
+  __device__ void operator()(int64_t i) const { y[i] = bf16_bits_to_fp32(x[i]); }
+};
+template <bool E4M3>
+struct Fp32ToFp8 {
+  const float* x; uint8_t* y; const float* inv_scale;
+  __device__ void operator()(int64_t i) const {
+    const float v = scaled(x[i], *inv_scale);
+    y[i] = E4M3 ? fp32_to_e4m3_bits(v) : fp32_to_e5m2_bits(v);
+  }
+};
+template <bool E4M3>
+struct Fp8ToFp32 {
+  const uint8_t* x; float* y; const float* scale;
+  __device__ void operator()(int64_t i) const {
+    y[i] = scaled(E4M3 ? e4m3_bits_to_fp32(x[i]) : e5m2_bits_to_fp32(x[i]), *scale);
+  }
+};
+
+// ---------------------------------------------------------------------------------------------
+// amax: NaN-ignoring max |x|. fmaxf drops NaN operands; non-negative floats order like their
+// bit patterns as unsigned ints, so atomicMax on the bits is a float max.
+__device__ float block_max(float v) {
+  __shared__ float warp_max[THREADS / 32];
+  for (int o = 16; o > 0; o /= 2) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  if (lane == 0) warp_max[warp] = v;
+  __syncthreads();
+  v = threadIdx.x < THREADS / 32 ? warp_max[threadIdx.x] : 0.0f;
+  if (warp == 0)
+    for (int o = 16; o > 0; o /= 2) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  __syncthreads();  // warp_max is reused by the next call
+  return v;
+}
+
+__global__ void amax_kernel(const float* x, int64_t n, float* out) {
+  float v = 0.0f;
+  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) v = fmaxf(v, fabsf(x[i]));
+  v = block_max(v);
+  if (threadIdx.x == 0) atomicMax(reinterpret_cast<unsigned int*>(out), __float_as_uint(v));
+}
+
+// One block per row (grid-stride over rows).
+__global__ void amax_rows_kernel(const float* x, int64_t rows, int64_t cols, float* out) {
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const float* row = x + r * cols;
+    float v = 0.0f;
+    for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) v = fmaxf(v, fabsf(row[c]));
+    v = block_max(v);
+    if (threadIdx.x == 0) out[r] = v;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// INT8 (quantize_ref.cpp semantics):
+//   inv = 1 / scale; NEAREST_EVEN: rint(x * inv); STOCHASTIC: floor(fma(x, inv, u));
+//   NaN -> 0; clamp to [-127, 127].
+// The noise is qsync::stochastic_uniform of kernels/ref/quantize_ref.cpp, the same 64-bit
+// integer arithmetic: key = mix64(seed), state = key + (i + 1) * golden, u = (mix64(state) >> 40) * 2^-24.
+QSYNC_HD uint64_t mix64(uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+QSYNC_HD float stochastic_uniform_hd(uint64_t seed, uint64_t index) {
+  const uint64_t state = mix64(seed) + (index + 1) * 0x9e3779b97f4a7c15ull;
+  return float(mix64(state) >> 40) * 0x1p-24f;  // < 2^24: exact
+}
+
+__device__ int8_t quantize_one(float x, float scale, Rounding r, uint64_t seed, uint64_t index) {
+  const float inv = __fdiv_rn(1.0f, scale);
+  const float y = r == Rounding::STOCHASTIC ? floorf(__fmaf_rn(x, inv, stochastic_uniform_hd(seed, index)))
+                                            : rintf(__fmul_rn(x, inv));  // rint: ties to even
+  if (isnan(y)) return 0;
+  return int8_t(fminf(fmaxf(y, -127.0f), 127.0f));
+}
+
+struct QuantizeTensor {
+  const float* x; int8_t* q; const float* scale; Rounding r; uint64_t seed;
+  __device__ void operator()(int64_t i) const { q[i] = quantize_one(x[i], *scale, r, seed, uint64_t(i)); }
+};
+struct QuantizeRows {
+  const float* x; int8_t* q; int64_t cols; const float* scales; Rounding r; uint64_t seed;
+  __device__ void operator()(int64_t i) const { q[i] = quantize_one(x[i], scales[i / cols], r, seed, uint64_t(i)); }
+};
+struct Dequantize {
+  const int8_t* q; float* x; const float* scale;
+  __device__ void operator()(int64_t i) const { x[i] = __fmul_rn(float(q[i]), *scale); }
+};
+struct ScaleFromAmax {
+  const float* amax; float* scale;
+  __device__ void operator()(int64_t i) const { scale[i] = amax[i] == 0.0f ? 1.0f : __fdiv_rn(amax[i], 127.0f); }
+};
+
+// ---------------------------------------------------------------------------------------------
+// GEMM epilogue: c[i, j] = acc[i, j] * sa(i) * sb(j) + beta * c[i, j].
+__device__ float channel_scale(const float* s, ScaleMode mode, int64_t channel) {
+  if (mode == ScaleMode::NONE) return 1.0f;
+  return mode == ScaleMode::PER_CHANNEL ? s[channel] : s[0];
+}
+
+template <typename Acc>
+struct Epilogue {
+  const Acc* acc; int64_t ld_acc; float* c; int64_t ldc; int64_t n; EpilogueScales s; float beta;
+  __device__ void operator()(int64_t idx) const {
+    const int64_t i = idx / n, j = idx % n;
+    const float v = __fmul_rn(__fmul_rn(float(acc[i * ld_acc + j]), channel_scale(s.sa, s.sa_mode, i)),
+                              channel_scale(s.sb, s.sb_mode, j));
+    float* out = c + i * ldc + j;
+    *out = beta == 0.0f ? v : __fadd_rn(v, __fmul_rn(beta, *out));  // beta == 0: c is not read
+  }
+};
+
+}  // namespace
+
+void amax_cuda(const float* x, int64_t n, float* out, void* stream) {
+  QSYNC_CUDA_CHECK(cudaMemsetAsync(out, 0, sizeof(float), as_stream(stream)));
+  if (n <= 0) return;
+  amax_kernel<<<unsigned(std::min<int64_t>(blocks_for(n), 1024)), THREADS, 0, as_stream(stream)>>>(x, n, out);
+  QSYNC_CUDA_CHECK(cudaGetLastError());
+}
+
+void amax_rows_cuda(const float* x, int64_t rows, int64_t cols, float* out, void* stream) {
+  if (rows <= 0) return;
+  amax_rows_kernel<<<unsigned(std::min(rows, MAX_BLOCKS)), THREADS, 0, as_stream(stream)>>>(x, rows, cols, out);
+  QSYNC_CUDA_CHECK(cudaGetLastError());
+}
+
+void int8_scale_from_amax_cuda(const float* amax, float* scale, int64_t count, void* stream) {
+  launch_elementwise(ScaleFromAmax{amax, scale}, count, stream);
+}
+
+void quantize_int8_cuda(const float* x, int8_t* q, int64_t n, const float* scale, Rounding r, uint64_t seed,
+                        void* stream) {
+  launch_elementwise(QuantizeTensor{x, q, scale, r, seed}, n, stream);
+}
+
+void quantize_int8_rows_cuda(const float* x, int8_t* q, int64_t rows, int64_t cols, const float* scales,
+                             Rounding r, uint64_t seed, void* stream) {
+  if (cols <= 0) return;
+  launch_elementwise(QuantizeRows{x, q, cols, scales, r, seed}, rows * cols, stream);
+}
+
+void dequantize_int8_cuda(const int8_t* q, float* x, int64_t n, const float* scale, void* stream) {
+  launch_elementwise(Dequantize{q, x, scale}, n, stream);
+}
+
+void convert_fp32_to_fp16_cuda(const float* x, uint16_t* y, int64_t n, void* stream) {
+  launch_elementwise(Fp32ToFp16{x, y}, n, stream);
+}
+void convert_fp16_to_fp32_cuda(const uint16_t* x, float* y, int64_t n, void* stream) {
+  launch_elementwise(Fp16ToFp32{x, y}, n, stream);
+}
+void convert_fp32_to_bf16_cuda(const float* x, uint16_t* y, int64_t n, void* stream) {
+  launch_elementwise(Fp32ToBf16{x, y}, n, stream);
+}
+void convert_bf16_to_fp32_cuda(const uint16_t* x, float* y, int64_t n, void* stream) {
+  launch_elementwise(Bf16ToFp32{x, y}, n, stream);
+}
+void convert_fp32_to_e4m3_cuda(const float* x, uint8_t* y, int64_t n, const float* inv_scale, void* stream) {
+  launch_elementwise(Fp32ToFp8<true>{x, y, inv_scale}, n, stream);
+}
+void convert_e4m3_to_fp32_cuda(const uint8_t* x, float* y, int64_t n, const float* scale, void* stream) {
+  launch_elementwise(Fp8ToFp32<true>{x, y, scale}, n, stream);
+}
+void convert_fp32_to_e5m2_cuda(const float* x, uint8_t* y, int64_t n, const float* inv_scale, void* stream) {
+  launch_elementwise(Fp32ToFp8<false>{x, y, inv_scale}, n, stream);
+}
+void convert_e5m2_to_fp32_cuda(const uint8_t* x, float* y, int64_t n, const float* scale, void* stream) {
+  launch_elementwise(Fp8ToFp32<false>{x, y, scale}, n, stream);
+}
+
+void gemm_dequant_epilogue_cuda(const int32_t* acc, int64_t ld_acc, float* c, int64_t ldc, int64_t m, int64_t n,
+                                const EpilogueScales& scales, float beta, void* stream) {
+  launch_elementwise(Epilogue<int32_t>{acc, ld_acc, c, ldc, n, scales, beta}, m * n, stream);
+}
+void gemm_dequant_epilogue_cuda(const float* acc, int64_t ld_acc, float* c, int64_t ldc, int64_t m, int64_t n,
+                                const EpilogueScales& scales, float beta, void* stream) {
+  launch_elementwise(Epilogue<float>{acc, ld_acc, c, ldc, n, scales, beta}, m * n, stream);
+}
+
+float stochastic_uniform_cuda_twin(uint64_t seed, uint64_t index) { return stochastic_uniform_hd(seed, index); }
+uint16_t fp32_to_fp16_cuda_twin(float x) { return fp32_to_fp16_bits(x); }
+float fp16_to_fp32_cuda_twin(uint16_t h) { return fp16_bits_to_fp32(h); }
+uint16_t fp32_to_bf16_cuda_twin(float x) { return fp32_to_bf16_bits(x); }
+float bf16_to_fp32_cuda_twin(uint16_t b) { return bf16_bits_to_fp32(b); }
+uint8_t fp32_to_e4m3_cuda_twin(float x) { return fp32_to_e4m3_bits(x); }
+float e4m3_to_fp32_cuda_twin(uint8_t v) { return e4m3_bits_to_fp32(v); }
+uint8_t fp32_to_e5m2_cuda_twin(float x) { return fp32_to_e5m2_bits(x); }
+float e5m2_to_fp32_cuda_twin(uint8_t v) { return e5m2_bits_to_fp32(v); }
+
+}  // namespace qsync

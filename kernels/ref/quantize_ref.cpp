@@ -1,0 +1,103 @@
+// File: kernels/ref/quantize_ref.cpp
+// The scalar references of quantize.h (the oracles of cpu/quantize_cpu.cpp), the scale
+// helpers, and the stochastic-rounding noise shared by the CPU and CUDA quantizers.
+//
+// Quantization arithmetic, identical in every implementation (ref, AVX2, AVX-512, CUDA):
+//   inv = 1.0f / scale                                  (one FP32 division per tensor / row)
+//   NEAREST_EVEN: y = round_to_nearest_even(x * inv)    (FP32 multiply, then exact RNE)
+//   STOCHASTIC:   y = floor(fmaf(x, inv, u))            (one fused multiply-add, single rounding)
+//                 u = stochastic_uniform(seed, i), i the element's flat index
+//   q = NaN(y) ? 0 : clamp(y, -127, 127)
+// Multiplying by the reciprocal (not dividing) can move x / scale by one ulp, which only
+// matters at exact .5 ties; the bound |x - q * scale| <= scale / 2 holds up to that ulp.
+// The fused multiply-add is explicit so that no compiler's contraction choice can change a bit
+// (the vectorized code uses FMA instructions; CUDA uses __fmaf_rn).
+#include <cmath>
+#include <cstdint>
+
+#include "kernels/quantize.h"
+
+namespace qsync {
+namespace {
+
+float abs_max_scan(const float* x, int64_t n) {
+  float m = 0.0f;
+  for (int64_t i = 0; i < n; ++i) {
+    const float a = std::fabs(x[i]);
+    if (a > m) m = a;  // false for NaN: NaN is ignored
+  }
+  return m;
+}
+
+int8_t quantize_one(float x, float inv, Rounding r, uint64_t seed, uint64_t index) {
+  const float y = r == Rounding::NEAREST_EVEN
+                      ? std::nearbyint(x * inv)  // default mode: RNE
+                      : std::floor(std::fma(x, inv, stochastic_uniform(seed, index)));
+  if (std::isnan(y)) return 0;
+  if (y > 127.0f) return 127;
+  if (y < -127.0f) return -127;
+  return static_cast<int8_t>(y);
+}
+
+void quantize_span(const float* x, int8_t* q, int64_t n, float scale, Rounding r, uint64_t seed,
+                   uint64_t first_index) {
+  const float inv = 1.0f / scale;
+  for (int64_t i = 0; i < n; ++i)
+    q[i] = quantize_one(x[i], inv, r, seed, first_index + static_cast<uint64_t>(i));
+}
+
+// The splitmix64 finalizer (Steele, Lea, Flood 2014; the mixing function of
+// java.util.SplittableRandom): a bijection on 64-bit words with full avalanche.
+uint64_t mix64(uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+}  // namespace
+
+float amax_ref(const float* x, int64_t n) { return abs_max_scan(x, n); }
+
+void amax_rows_ref(const float* x, int64_t rows, int64_t cols, float* out) {
+  for (int64_t r = 0; r < rows; ++r) out[r] = abs_max_scan(x + r * cols, cols);
+}
+
+float int8_scale_from_amax(float amax) { return amax == 0.0f ? 1.0f : amax / 127.0f; }
+
+// u(seed, i) is element i of the splitmix64 stream whose state starts at mix64(seed):
+//   key   = mix64(seed)
+//   state = key + (i + 1) * 0x9e3779b97f4a7c15        (mod 2^64; the golden-ratio Weyl step)
+//   bits  = mix64(state) >> 40                          (the top 24 bits)
+//   u     = bits * 2^-24                                (exact in FP32; u in [0, 1 - 2^-24])
+// Pure 64-bit unsigned integer arithmetic (wrapping multiply, xor, shift) until the last step,
+// so any language or device reproduces it bit for bit. Golden values are in quantize_test.cpp.
+float stochastic_uniform(uint64_t seed, uint64_t index) {
+  const uint64_t state = mix64(seed) + (index + 1) * 0x9e3779b97f4a7c15ull;
+  return static_cast<float>(mix64(state) >> 40) * 0x1p-24f;
+}
+
+void quantize_int8_ref(const float* x, int8_t* q, int64_t n, float scale, Rounding r,
+                       uint64_t seed) {
+  quantize_span(x, q, n, scale, r, seed, 0);
+}
+
+// Row r uses scales[r]; the stochastic index is the flat index r * cols + c.
+void quantize_int8_rows_ref(const float* x, int8_t* q, int64_t rows, int64_t cols,
+                            const float* scales, Rounding r, uint64_t seed) {
+  for (int64_t row = 0; row < rows; ++row) {
+    const int64_t off = row * cols;
+    quantize_span(x + off, q + off, cols, scales[row], r, seed, static_cast<uint64_t>(off));
+  }
+}
+
+void dequantize_int8_ref(const int8_t* q, float* x, int64_t n, float scale) {
+  for (int64_t i = 0; i < n; ++i) x[i] = static_cast<float>(q[i]) * scale;
+}
+
+// scale = amax / max_finite: amax lands on the format's largest finite value (no headroom
+// margin). 1 when amax is 0, like the INT8 scale.
+float fp8_scale_from_amax(float amax, float format_max_finite) {
+  return amax == 0.0f ? 1.0f : amax / format_max_finite;
+}
+
+}  // namespace qsync

@@ -1,0 +1,117 @@
+// File: tests/worker/data/char_corpus_test.cpp
+// Unit tests for worker/data/char_corpus.h: the 96-symbol vocabulary, encode/decode round trips,
+// the train/validation split and the errors for empty, short and missing files.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <functional>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "worker/data/char_corpus.h"
+
+namespace qsync {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(CharVocabulary, PrintableAsciiNewlineAndTab) {
+  EXPECT_EQ(CHAR_VOCAB_SIZE, 96);
+  EXPECT_EQ(char_to_token(' '), 0);
+  EXPECT_EQ(char_to_token('A'), 'A' - 32);
+  EXPECT_EQ(char_to_token('~'), 94);
+  EXPECT_EQ(char_to_token('\n'), 95);
+  EXPECT_EQ(char_to_token('\t'), 0);
+  EXPECT_EQ(char_to_token('\r'), -1);
+  EXPECT_EQ(char_to_token(0), -1);
+  EXPECT_EQ(char_to_token(127), -1);
+  EXPECT_EQ(char_to_token(0xC3), -1);
+  for (int t = 0; t < CHAR_VOCAB_SIZE; ++t) {
+    EXPECT_EQ(char_to_token(static_cast<unsigned char>(token_to_char(t))), t) << "token " << t;
+  }
+  EXPECT_THROW(token_to_char(96), std::out_of_range);
+  EXPECT_THROW(token_to_char(-1), std::out_of_range);
+}
+
+TEST(CharVocabulary, EncodeDropsOtherBytesAndDecodeRoundTrips) {
+  const std::string text = "Hello,\tworld!\r\ncaf\xC3\xA9 ~\x7f\n";
+  std::vector<int32_t> tokens = char_encode(text);
+  EXPECT_EQ(char_decode(tokens), "Hello, world!\ncaf ~\n");
+  const std::string printable = "The quick brown fox {jumps} over the lazy dog.\n0123456789 !\"#$%&'()*+,-./";
+  EXPECT_EQ(char_decode(char_encode(printable)), printable);
+
+  std::vector<float> as_float(tokens.begin(), tokens.end());
+  EXPECT_EQ(char_decode(as_float.data(), int64_t(as_float.size())), "Hello, world!\ncaf ~\n");
+  std::vector<float> bad = {1.0f, 2.5f};
+  std::string e = error_of([&] { char_decode(bad.data(), 2); });
+  EXPECT_NE(e.find("value 2.5"), std::string::npos) << e;
+  EXPECT_NE(e.find("position 1"), std::string::npos) << e;
+  std::vector<int32_t> out_of_range = {3, 96};
+  EXPECT_THROW(char_decode(out_of_range), std::out_of_range);
+}
+
+TEST(CharCorpus, SplitHoldsOutTheEnd) {
+  std::string text;
+  for (int i = 0; i < 100; ++i) text += char('a' + i % 26);
+  CharCorpus c = char_corpus_from_text(text, 8, 0.25, "alphabet");
+  ASSERT_EQ(c.train.size(), size_t(75));
+  ASSERT_EQ(c.validation.size(), size_t(25));
+  EXPECT_EQ(char_decode(c.train), text.substr(0, 75));
+  EXPECT_EQ(char_decode(c.validation), text.substr(75));
+  EXPECT_EQ(c.bytes_read, 100);
+  EXPECT_EQ(c.bytes_dropped, 0);
+  EXPECT_EQ(c.source, "alphabet");
+
+  CharCorpus all = char_corpus_from_text(text, 8, 0.0);
+  EXPECT_EQ(all.train.size(), size_t(100));
+  EXPECT_TRUE(all.validation.empty());
+}
+
+TEST(CharCorpus, EmptyAndTooShortTextsGiveClearErrors) {
+  std::string e = error_of([] { char_corpus_from_text("", 8, 0.1, "empty.txt"); });
+  EXPECT_NE(e.find("empty.txt: the file is empty"), std::string::npos) << e;
+  e = error_of([] { char_corpus_from_text("\r\x01\xff", 8, 0.1, "binary.bin"); });
+  EXPECT_NE(e.find("no printable ASCII text"), std::string::npos) << e;
+  e = error_of([] { char_corpus_from_text("short text", 16, 0.0, "short.txt"); });
+  EXPECT_NE(e.find("the training part has 10 characters, fewer than one window of seq_len + 1 = 17"),
+            std::string::npos) << e;
+  EXPECT_NE(e.find("shorter seq_len"), std::string::npos) << e;
+  e = error_of([] { char_corpus_from_text(std::string(40, 'x'), 8, 0.1, "small.txt"); });
+  EXPECT_NE(e.find("the validation part has 4 characters"), std::string::npos) << e;
+  EXPECT_THROW(char_corpus_from_text("abc", 0, 0.1), std::invalid_argument);
+  EXPECT_THROW(char_corpus_from_text("abc", 1, 1.0), std::invalid_argument);
+  EXPECT_THROW(char_corpus_from_text("abc", 1, -0.1), std::invalid_argument);
+}
+
+TEST(CharCorpus, LoadsFilesAndNamesMissingOnes) {
+  const fs::path path = fs::temp_directory_path() / ("qsync_char_corpus_test_" + std::to_string(getpid()) + ".txt");
+  std::string text;
+  for (int i = 0; i < 50; ++i) text += "line " + std::to_string(i) + "\twith a tab\r\n";
+  std::ofstream(path, std::ios::binary) << text;
+  CharCorpus c = char_corpus_load(path.string(), 32, 0.1);
+  EXPECT_EQ(c.source, path.string());
+  EXPECT_EQ(c.bytes_dropped, 50);  // the '\r's
+  std::string kept = char_decode(c.train) + char_decode(c.validation);
+  EXPECT_EQ(kept.substr(0, 22), "line 0 with a tab\nline");
+  fs::remove(path);
+
+  std::string e = error_of([&] { char_corpus_load(path.string(), 32); });
+  EXPECT_NE(e.find(path.string() + ": cannot open"), std::string::npos) << e;
+  EXPECT_NE(e.find("--corpus FILE"), std::string::npos) << e;
+  e = error_of([] { char_corpus_load(fs::temp_directory_path().string(), 32); });
+  EXPECT_NE(e.find("is a folder"), std::string::npos) << e;
+}
+
+}  // namespace
+}  // namespace qsync

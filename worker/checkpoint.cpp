@@ -1,0 +1,140 @@
+// File: worker/checkpoint.cpp
+// Checkpoint file layout (little endian):
+//   "QSYNCCKP" | u32 version | u64 model_hash | i64 step | i64 data_epoch | i64 data_index |
+//   u64 seed | u32 optimizer kind | i64 optimizer updates | u32 tensor count |
+//   per tensor: u32 name length, name, i64 numel, numel * f32 |
+//   u64 FNV-1a checksum of everything before it
+#include "worker/checkpoint.h"
+
+#include <cstring>
+#include <stdexcept>
+
+#include "planner/atomic_file.h"
+
+namespace qsync {
+namespace {
+
+constexpr char MAGIC[8] = {'Q', 'S', 'Y', 'N', 'C', 'C', 'K', 'P'};
+
+uint64_t fnv1a(const char* p, size_t n) {
+  uint64_t h = 1469598103934665603ull;
+  for (size_t i = 0; i < n; ++i) h = (h ^ uint8_t(p[i])) * 1099511628211ull;
+  return h;
+}
+
+struct Writer {
+  std::string out;
+  template <class T> void put(const T& v) { out.append(reinterpret_cast<const char*>(&v), sizeof v); }
+  void put_bytes(const void* p, size_t n) { out.append(static_cast<const char*>(p), n); }
+};
+
+struct Reader {
+  const std::string& in;
+  const std::string& path;
+  size_t pos = 0;
+  void need(size_t n) {
+    if (pos + n > in.size())
+      throw std::runtime_error("checkpoint " + path + " is truncated (needs " + std::to_string(pos + n) +
+                               " bytes, has " + std::to_string(in.size()) + "); delete it or restore a complete copy");
+  }
+  template <class T> T get() {
+    need(sizeof(T));
+    T v;
+    std::memcpy(&v, in.data() + pos, sizeof v);
+    pos += sizeof v;
+    return v;
+  }
+  void get_bytes(void* dst, size_t n) {
+    need(n);
+    std::memcpy(dst, in.data() + pos, n);
+    pos += n;
+  }
+};
+
+// Parameters then optimizer state, with names: "<param>" and "<param>#state<i>".
+std::vector<std::pair<std::string, Tensor*>> named_tensors(const Model& model, Optimizer& opt) {
+  std::vector<std::pair<std::string, Tensor*>> out;
+  for (Parameter* p : model.parameters()) out.emplace_back(p->name, &p->value);
+  const std::vector<Tensor*> state = opt.state();
+  const size_t per_param = model.parameters().empty() ? 0 : state.size() / model.parameters().size();
+  for (size_t i = 0; i < state.size(); ++i)
+    out.emplace_back(model.parameters()[i / per_param]->name + "#state" + std::to_string(i % per_param), state[i]);
+  return out;
+}
+
+}  // namespace
+
+std::string checkpoint_path(const std::string& dir) { return dir + "/latest.qckpt"; }
+
+void checkpoint_save(const std::string& path, const Model& model, Optimizer& opt, const CheckpointMeta& meta) {
+  Writer w;
+  w.put_bytes(MAGIC, sizeof MAGIC);
+  w.put(CHECKPOINT_VERSION);
+  w.put(model.desc().hash);
+  w.put(meta.step);
+  w.put(meta.data_epoch);
+  w.put(meta.data_index);
+  w.put(meta.seed);
+  w.put(uint32_t(opt.config().kind));
+  w.put(opt.updates_applied());
+  const auto tensors = named_tensors(model, opt);
+  w.put(uint32_t(tensors.size()));
+  for (const auto& [name, t] : tensors) {
+    w.put(uint32_t(name.size()));
+    w.put_bytes(name.data(), name.size());
+    w.put(t->numel());
+    w.put_bytes(t->data(), size_t(t->bytes()));
+  }
+  w.put(fnv1a(w.out.data(), w.out.size()));
+  atomic_file_write(path, w.out);
+}
+
+CheckpointMeta checkpoint_load(const std::string& path, Model& model, Optimizer& opt) {
+  const std::string bytes = file_read_all(path);
+  Reader r{bytes, path};
+  char magic[8];
+  r.get_bytes(magic, sizeof magic);
+  if (std::memcmp(magic, MAGIC, sizeof magic) != 0)
+    throw std::runtime_error(path + " is not a QSync checkpoint (bad magic)");
+  const auto version = r.get<uint32_t>();
+  if (version != CHECKPOINT_VERSION)
+    throw std::runtime_error("checkpoint " + path + " has version " + std::to_string(version) + ", this worker reads " +
+                             std::to_string(CHECKPOINT_VERSION));
+  if (bytes.size() < sizeof(uint64_t) ||
+      fnv1a(bytes.data(), bytes.size() - sizeof(uint64_t)) !=
+          *reinterpret_cast<const uint64_t*>(bytes.data() + bytes.size() - sizeof(uint64_t)))
+    throw std::runtime_error("checkpoint " + path + " is corrupt (checksum mismatch); delete it or restore a good copy");
+  CheckpointMeta meta;
+  meta.model_hash = r.get<uint64_t>();
+  if (meta.model_hash != model.desc().hash)
+    throw std::runtime_error("checkpoint " + path + " belongs to another model (hash " + std::to_string(meta.model_hash) +
+                             "; this run trains '" + model.desc().name + "', hash " + std::to_string(model.desc().hash) +
+                             "): use another --checkpoint-dir or the model the checkpoint was trained with");
+  meta.step = r.get<int64_t>();
+  meta.data_epoch = r.get<int64_t>();
+  meta.data_index = r.get<int64_t>();
+  meta.seed = r.get<uint64_t>();
+  const auto kind = r.get<uint32_t>();
+  if (kind != uint32_t(opt.config().kind))
+    throw std::runtime_error("checkpoint " + path + " was written with optimizer " +
+                             optimizer_kind_name(OptimizerKind(kind)) + ", this run uses " +
+                             optimizer_kind_name(opt.config().kind) + ": use the same optimizer to resume");
+  opt.set_updates_applied(r.get<int64_t>());
+  const auto tensors = named_tensors(model, opt);
+  const auto count = r.get<uint32_t>();
+  if (count != tensors.size())
+    throw std::runtime_error("checkpoint " + path + " holds " + std::to_string(count) + " tensors, the model and optimizer need " +
+                             std::to_string(tensors.size()));
+  for (const auto& [name, t] : tensors) {
+    std::string stored(r.get<uint32_t>(), '\0');
+    r.get_bytes(stored.data(), stored.size());
+    const auto numel = r.get<int64_t>();
+    if (stored != name || numel != t->numel())
+      throw std::runtime_error("checkpoint " + path + ": tensor '" + stored + "' (" + std::to_string(numel) +
+                               " values) does not match '" + name + "' (" + std::to_string(t->numel()) + ")");
+    r.get_bytes(t->data(), size_t(t->bytes()));
+  }
+  return meta;
+}
+
+}  // namespace qsync

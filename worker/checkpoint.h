@@ -1,0 +1,31 @@
+// File: worker/checkpoint.h
+// Training checkpoints: weights, optimizer state, step, data position and seed, in one binary
+// file with a versioned header (magic, version, model hash) and a trailing checksum, written
+// atomically (temp file + fsync + rename). A checkpoint of another model, a truncated or corrupt
+// file, or a parameter whose name or size differs is refused with an error naming the cause.
+#pragma once
+
+#include <string>
+
+#include "worker/model.h"
+#include "worker/optimizer.h"
+
+namespace qsync {
+
+struct CheckpointMeta {
+  int64_t step = 0;            // steps completed
+  int64_t data_epoch = 0;      // data loader position
+  int64_t data_index = 0;
+  uint64_t seed = 0;
+  uint64_t model_hash = 0;
+};
+
+inline constexpr uint32_t CHECKPOINT_VERSION = 1;
+
+// <dir>/latest.qckpt
+std::string checkpoint_path(const std::string& dir);
+void checkpoint_save(const std::string& path, const Model& model, Optimizer& opt, const CheckpointMeta& meta);
+// Restores weights and optimizer state into `model`/`opt`; returns the meta.
+CheckpointMeta checkpoint_load(const std::string& path, Model& model, Optimizer& opt);
+
+}  // namespace qsync

@@ -1,0 +1,139 @@
+// File: worker/data/char_corpus.cpp
+// Character vocabulary, encoding/decoding and the train/validation split of a text corpus.
+#include "worker/data/char_corpus.h"
+
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <sstream>
+#include <stdexcept>
+
+namespace qsync {
+
+namespace {
+
+std::string percent(double fraction) {  // 0.1 -> "10%"
+  std::ostringstream s;
+  s << fraction * 100.0 << "%";
+  return s.str();
+}
+
+}  // namespace
+
+int32_t char_to_token(unsigned char c) {
+  if (c >= 32 && c <= 126) return int32_t(c) - 32;
+  if (c == '\n') return CHAR_NEWLINE_TOKEN;
+  if (c == '\t') return 0;
+  return -1;
+}
+
+char token_to_char(int32_t t) {
+  if (t >= 0 && t < CHAR_NEWLINE_TOKEN) return char(t + 32);
+  if (t == CHAR_NEWLINE_TOKEN) return '\n';
+  throw std::out_of_range("char corpus: token " + std::to_string(t) + " is outside the vocabulary 0.." +
+                          std::to_string(CHAR_VOCAB_SIZE - 1) + "; the model's output layer must have " +
+                          std::to_string(CHAR_VOCAB_SIZE) + " classes");
+}
+
+std::vector<int32_t> char_encode(std::string_view text) {
+  std::vector<int32_t> tokens;
+  tokens.reserve(text.size());
+  for (char ch : text) {
+    int32_t t = char_to_token(static_cast<unsigned char>(ch));
+    if (t >= 0) tokens.push_back(t);
+  }
+  return tokens;
+}
+
+std::string char_decode(const int32_t* tokens, int64_t n) {
+  std::string text(size_t(n), ' ');
+  for (int64_t i = 0; i < n; ++i) {
+    int32_t t = tokens[i];
+    if (t < 0 || t >= CHAR_VOCAB_SIZE) {
+      throw std::out_of_range("char_decode: token " + std::to_string(t) + " at position " + std::to_string(i) +
+                              " is outside the vocabulary 0.." + std::to_string(CHAR_VOCAB_SIZE - 1));
+    }
+    text[size_t(i)] = token_to_char(t);
+  }
+  return text;
+}
+
+std::string char_decode(const std::vector<int32_t>& tokens) {
+  return char_decode(tokens.data(), int64_t(tokens.size()));
+}
+
+std::string char_decode(const float* tokens, int64_t n) {
+  std::vector<int32_t> ids(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    float v = tokens[i];
+    if (!(v >= 0.0f && v < float(CHAR_VOCAB_SIZE)) || v != std::floor(v)) {
+      throw std::out_of_range("char_decode: value " + std::to_string(v) + " at position " + std::to_string(i) +
+                              " is not a token id (an integer in 0.." + std::to_string(CHAR_VOCAB_SIZE - 1) + ")");
+    }
+    ids[size_t(i)] = int32_t(v);
+  }
+  return char_decode(ids.data(), n);
+}
+
+CharCorpus char_corpus_from_text(std::string_view text, int64_t seq_len, double validation_fraction,
+                                 const std::string& source) {
+  if (seq_len <= 0) {
+    throw std::invalid_argument("char corpus " + source + ": seq_len " + std::to_string(seq_len) +
+                                " must be positive (the model's input seq_len)");
+  }
+  if (!(validation_fraction >= 0.0 && validation_fraction < 1.0)) {
+    throw std::invalid_argument("char corpus " + source + ": validation fraction " + percent(validation_fraction) +
+                                " must be in [0, 1) (e.g. 0.1 holds out the last 10%; 0 holds out nothing)");
+  }
+  CharCorpus c;
+  c.source = source;
+  c.bytes_read = int64_t(text.size());
+  std::vector<int32_t> tokens = char_encode(text);
+  c.bytes_dropped = c.bytes_read - int64_t(tokens.size());
+  if (tokens.empty()) {
+    throw std::runtime_error("char corpus " + source + ": " +
+                             (text.empty() ? std::string("the file is empty")
+                                           : std::to_string(text.size()) + " bytes but no printable ASCII text") +
+                             "; pass a text file (--corpus FILE) with at least a few thousand characters");
+  }
+  const int64_t n = int64_t(tokens.size());
+  const int64_t n_val = int64_t(std::floor(double(n) * validation_fraction));
+  const int64_t n_train = n - n_val;
+  const int64_t window = seq_len + 1;
+  auto too_short = [&](const char* part, int64_t have) {
+    throw std::runtime_error("char corpus " + source + ": the " + part + " part has " + std::to_string(have) +
+                             " characters, fewer than one window of seq_len + 1 = " + std::to_string(window) +
+                             " (file: " + std::to_string(n) + " usable characters, " + percent(validation_fraction) +
+                             " held out for validation" +
+                             "); use a longer text file, a shorter seq_len or a different validation fraction");
+  };
+  if (n_train < window) too_short("training", n_train);
+  if (validation_fraction > 0.0 && n_val < window) too_short("validation", n_val);
+  c.train.assign(tokens.begin(), tokens.begin() + n_train);
+  c.validation.assign(tokens.begin() + n_train, tokens.end());
+  return c;
+}
+
+CharCorpus char_corpus_load(const std::string& path, int64_t seq_len, double validation_fraction) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {
+    throw std::runtime_error("char corpus " + path +
+                             ": is a folder, not a text file; pass a text file with --corpus FILE");
+  }
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    throw std::runtime_error("char corpus " + path + ": cannot open (" + std::strerror(errno) +
+                             "); pass an existing text file with --corpus FILE");
+  }
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (in.bad()) {
+    throw std::runtime_error("char corpus " + path + ": read error after " + std::to_string(text.size()) +
+                             " bytes; check the file and the disk");
+  }
+  return char_corpus_from_text(text, seq_len, validation_fraction, path);
+}
+
+}  // namespace qsync

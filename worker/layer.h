@@ -1,0 +1,76 @@
+// File: worker/layer.h
+// The layer interface of the training engine. Each layer's forward sits next to its backward
+// (one .cpp per layer under worker/layers/); shapes are batch first, FP32 between layers.
+// Layers are built from the model description (planner/model_desc.h) by layer_create().
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "planner/model_desc.h"
+#include "planner/plan_file.h"
+#include "worker/tensor.h"
+
+namespace qsync {
+
+struct Parameter {
+  std::string name;  // "<layer>.weight", "<layer>.bias", ...
+  Tensor value;      // FP32 master weights
+  Tensor grad;       // FP32, accumulated by backward, zeroed by the optimizer step
+  bool decay = true; // weight decay applies (not to biases and norm gains)
+};
+
+// Optional timing of each op of a step (layer forward/backward, casts), for profiling.
+class OpTimer {
+ public:
+  virtual ~OpTimer() = default;
+  virtual void record(const std::string& op, double seconds) = 0;
+};
+
+// What every layer sees during a step.
+struct StepContext {
+  MemoryAccount* memory = nullptr;
+  uint64_t seed = 0;     // run seed: dropout masks and stochastic rounding derive from (seed, step, layer)
+  int64_t step = 0;
+  bool training = true;  // false: eval (no dropout, nothing saved for backward)
+  Precision sixteen_bit = Precision::BF16;  // the device's 16-bit format for int8 backward GEMMs
+  OpTimer* timer = nullptr;
+};
+
+class Layer {
+ public:
+  explicit Layer(const LayerDesc& desc) : desc_(desc) {}
+  virtual ~Layer() = default;
+  Layer(const Layer&) = delete;
+  Layer& operator=(const Layer&) = delete;
+
+  const LayerDesc& desc() const { return desc_; }
+  const std::string& name() const { return desc_.name; }
+
+  // x: (B, in_shape...) FP32. In training, keeps what backward needs (in the layer's compute
+  // precision). Returns (B, out_shape...) FP32.
+  virtual Tensor forward(const Tensor& x, StepContext& ctx) = 0;
+  // dy: (B, out_shape...) FP32. Accumulates parameter gradients, returns dx (B, in_shape...),
+  // and frees what forward saved.
+  virtual Tensor backward(const Tensor& dy, StepContext& ctx) = 0;
+
+  virtual void collect_parameters(std::vector<Parameter*>& out) { (void)out; }
+  // Deterministic initialization from `rng` (PyTorch-style defaults).
+  virtual void init_parameters(std::mt19937_64& rng) { (void)rng; }
+  // GEMM-like layers take their precision from the plan; containers recurse.
+  virtual void apply_plan(const RankPlan& plan) { (void)plan; }
+  // Bytes currently held for backward (the saved activations).
+  virtual int64_t saved_bytes() const { return 0; }
+
+ protected:
+  LayerDesc desc_;
+};
+
+// Builds the layer (and its children) described by `d`. Throws std::invalid_argument for a kind
+// the engine does not implement.
+std::unique_ptr<Layer> layer_create(const LayerDesc& d, MemoryAccount* memory);
+
+}  // namespace qsync

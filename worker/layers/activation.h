@@ -1,0 +1,34 @@
+// File: worker/layers/activation.h
+// Elementwise activations. Shapes: x (B, in_shape...) -> y of the same shape.
+//   ReluLayer  y = max(x, 0); saves a 1-byte mask (x > 0) for backward: B * numel(in_shape) bytes
+//   GeluLayer  y = 0.5 x (1 + erf(x / sqrt 2)), the exact GELU of PyTorch's nn.GELU();
+//              saves the FP32 input
+#pragma once
+
+#include "worker/layer.h"
+
+namespace qsync {
+
+class ReluLayer : public Layer {
+ public:
+  ReluLayer(const LayerDesc& d, MemoryAccount* memory);
+  Tensor forward(const Tensor& x, StepContext& ctx) override;
+  Tensor backward(const Tensor& dy, StepContext& ctx) override;
+  int64_t saved_bytes() const override { return mask_.defined() ? mask_.bytes() : 0; }
+
+ private:
+  Tensor mask_;  // (B, in_shape...) uint8 0/1, stored as a 1-byte (INT8) tensor
+};
+
+class GeluLayer : public Layer {
+ public:
+  GeluLayer(const LayerDesc& d, MemoryAccount* memory);
+  Tensor forward(const Tensor& x, StepContext& ctx) override;
+  Tensor backward(const Tensor& dy, StepContext& ctx) override;
+  int64_t saved_bytes() const override { return input_.defined() ? input_.bytes() : 0; }
+
+ private:
+  Tensor input_;  // (B, in_shape...) FP32
+};
+
+}  // namespace qsync

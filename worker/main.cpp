@@ -1,0 +1,121 @@
+// File: worker/main.cpp
+// qsync-worker: the training worker binary.
+//
+//   qsync-worker train --model FILE|NAME --data DIR|FILE [--plan FILE | --precision P]
+//                      [--steps N | --epochs E] [--batch B] [--lr X] [--optimizer adamw|sgd]
+//                      [--weight-decay X] [--warmup N] [--grad-clip X] [--seed S]
+//                      [--eval-every K] [--eval-limit N] [--checkpoint-dir D] [--checkpoint-every K]
+//                      [--resume] [--summary-json FILE] [--device-class C] [--threads N]
+//                      [--memory-budget MiB] [--log-every N] [--quiet]
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <stdexcept>
+#include <string>
+
+#include "worker/trainer.h"
+
+namespace qsync {
+namespace {
+
+const char* USAGE =
+    "usage: qsync-worker train --model FILE|NAME [--data DIR|FILE] [--plan FILE | --precision P]\n"
+    "         [--steps N | --epochs E] [--batch B] [--lr X] [--optimizer adamw|sgd] [--weight-decay X]\n"
+    "         [--warmup N] [--grad-clip X] [--seed S] [--eval-every K] [--eval-limit N]\n"
+    "         [--checkpoint-dir D] [--checkpoint-every K] [--resume] [--summary-json FILE]\n"
+    "         [--device-class cpu-amx|cpu-avx512|cpu-avx2] [--threads N] [--memory-budget MiB]\n"
+    "         [--log-every N] [--quiet]\n";
+
+int64_t parse_int(const std::string& flag, const std::string& v) {
+  size_t used = 0;
+  int64_t x = 0;
+  try {
+    x = std::stoll(v, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used != v.size()) throw std::invalid_argument(flag + " expects an integer, got '" + v + "'");
+  return x;
+}
+
+double parse_double(const std::string& flag, const std::string& v) {
+  size_t used = 0;
+  double x = 0;
+  try {
+    x = std::stod(v, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used != v.size()) throw std::invalid_argument(flag + " expects a number, got '" + v + "'");
+  return x;
+}
+
+TrainConfig parse_train(int argc, char** argv) {
+  TrainConfig c;
+  std::map<std::string, std::function<void(const std::string&)>> with_value = {
+      {"--model", [&](const std::string& v) { c.model = v; }},
+      {"--data", [&](const std::string& v) { c.data = v; }},
+      {"--plan", [&](const std::string& v) { c.plan_path = v; }},
+      {"--precision", [&](const std::string& v) { c.precision = v; }},
+      {"--steps", [&](const std::string& v) { c.steps = parse_int("--steps", v); }},
+      {"--epochs", [&](const std::string& v) { c.epochs = parse_double("--epochs", v); }},
+      {"--batch", [&](const std::string& v) { c.batch = parse_int("--batch", v); }},
+      {"--lr", [&](const std::string& v) { c.optimizer.lr = parse_double("--lr", v); }},
+      {"--optimizer", [&](const std::string& v) { c.optimizer.kind = optimizer_kind_from_name(v); }},
+      {"--weight-decay", [&](const std::string& v) { c.optimizer.weight_decay = parse_double("--weight-decay", v); }},
+      {"--warmup", [&](const std::string& v) { c.optimizer.warmup_steps = parse_int("--warmup", v); }},
+      {"--grad-clip", [&](const std::string& v) { c.optimizer.grad_clip = parse_double("--grad-clip", v); }},
+      {"--seed", [&](const std::string& v) { c.seed = uint64_t(parse_int("--seed", v)); }},
+      {"--eval-every", [&](const std::string& v) { c.eval_every = parse_int("--eval-every", v); }},
+      {"--eval-limit", [&](const std::string& v) { c.eval_limit = parse_int("--eval-limit", v); }},
+      {"--checkpoint-dir", [&](const std::string& v) { c.checkpoint_dir = v; }},
+      {"--checkpoint-every", [&](const std::string& v) { c.checkpoint_every = parse_int("--checkpoint-every", v); }},
+      {"--summary-json", [&](const std::string& v) { c.summary_json = v; }},
+      {"--device-class", [&](const std::string& v) { c.device_class = v; }},
+      {"--threads", [&](const std::string& v) { c.threads = int(parse_int("--threads", v)); }},
+      {"--memory-budget", [&](const std::string& v) { c.memory_budget = parse_int("--memory-budget", v) << 20; }},
+      {"--log-every", [&](const std::string& v) { c.log_every = parse_int("--log-every", v); }},
+  };
+  for (int i = 0; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--resume") {
+      c.resume = true;
+    } else if (a == "--quiet") {
+      c.quiet = true;
+    } else if (auto it = with_value.find(a); it != with_value.end()) {
+      if (i + 1 >= argc) throw std::invalid_argument(a + " needs a value");
+      it->second(argv[++i]);
+    } else {
+      throw std::invalid_argument("unknown argument '" + a + "'\n" + USAGE);
+    }
+  }
+  if (c.model.empty()) throw std::invalid_argument(std::string("--model is required\n") + USAGE);
+  if (c.steps <= 0 && c.epochs <= 0) c.epochs = 1;
+  return c;
+}
+
+int worker_main(int argc, char** argv) {
+  if (argc < 2 || std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "-h") == 0) {
+    std::fputs(USAGE, argc < 2 ? stderr : stdout);
+    return argc < 2 ? 2 : 0;
+  }
+  const std::string cmd = argv[1];
+  if (cmd == "train") {
+    train_run(parse_train(argc - 2, argv + 2));
+    return 0;
+  }
+  throw std::invalid_argument("unknown command '" + cmd + "' (commands: train)\n" + USAGE);
+}
+
+}  // namespace
+}  // namespace qsync
+
+int main(int argc, char** argv) {
+  try {
+    return qsync::worker_main(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "qsync-worker: error: %s\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,57 @@
+// File: worker/optimizer.h
+// Optimizers over FP32 master weights (SGD with momentum and weight decay, AdamW), the learning
+// rate schedule (linear warmup, then cosine decay), and global gradient-norm clipping. The
+// optimizer state stays FP32 whatever the layers compute in.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "worker/layer.h"
+
+namespace qsync {
+
+enum class OptimizerKind : uint8_t { SGD, ADAMW };
+OptimizerKind optimizer_kind_from_name(const std::string& name);  // "sgd" | "adamw"
+const char* optimizer_kind_name(OptimizerKind k);
+
+struct OptimizerConfig {
+  OptimizerKind kind = OptimizerKind::ADAMW;
+  double lr = 1e-3;
+  double weight_decay = 0.0;
+  double momentum = 0.9;               // SGD
+  double beta1 = 0.9, beta2 = 0.999;   // AdamW
+  double eps = 1e-8;
+  double grad_clip = 0.0;              // max global L2 norm; 0: no clipping
+  int64_t warmup_steps = 0;
+  int64_t total_steps = 0;             // cosine decay length; 0: constant after warmup
+  double min_lr_ratio = 0.1;           // cosine floor, as a fraction of lr
+};
+
+class Optimizer {
+ public:
+  Optimizer(const OptimizerConfig& config, const std::vector<Parameter*>& params, MemoryAccount* memory);
+  const OptimizerConfig& config() const { return config_; }
+
+  // The learning rate at `step` (0-based): linear warmup to lr, then cosine to lr * min_lr_ratio.
+  double lr_at(int64_t step) const;
+  // Clips (if configured) and applies one update with lr_at(step); returns the pre-clip global
+  // gradient norm. Gradients are left as they are (zeroing is the caller's).
+  double step(int64_t step);
+
+  // Optimizer state tensors, in a fixed order (for checkpoints): momentum (SGD) or m, v (AdamW)
+  // per parameter.
+  std::vector<Tensor*> state();
+  // Updates applied so far (Adam's bias correction); saved and restored with the state.
+  int64_t updates_applied() const { return updates_; }
+  void set_updates_applied(int64_t n) { updates_ = n; }
+
+ private:
+  OptimizerConfig config_;
+  std::vector<Parameter*> params_;
+  std::vector<Tensor> m_, v_;  // (numel) per parameter
+  int64_t updates_ = 0;        // steps applied, for Adam's bias correction and SGD's first step
+
+};
+
+}  // namespace qsync

@@ -1,0 +1,48 @@
+// File: worker/precision_ops.h
+// The per-layer precision machinery of GEMM-like layers, as explicit ops (so they can be timed,
+// profiled and costed by the planner):
+//   cast_activation  FP32 input -> the layer's forward operand (what is saved for backward)
+//   cast_weight      FP32 master weight -> the forward weight operand (per-channel INT8 scales)
+//   cast_gradient    FP32 output gradient -> the backward GEMMs' operand
+//   backward_operand a saved forward operand -> the backward GEMMs' operand (INT8 -> 16 bit)
+//   backward_weight  the weight operand of the backward GEMMs
+//   matmul           C = op(A) op(B) (+ beta C) on 2-D tensors, through the GEMM backend registry
+// Per precision (planner/layer_precision.h):
+//   fp32      no casts
+//   bf16/fp16 everything in the 16-bit format, FP32 accumulation
+//   int8      x per tensor, w per output channel, RNE; backward in ctx.sixteen_bit from the INT8 copies
+//   int8-all  int8, and the gradient is INT8 per tensor with stochastic rounding; the backward
+//             weight operand is the master re-quantized per tensor
+//   fp8       E4M3 x and w, E5M2 gradient, per-tensor scales (amax / max_finite)
+#pragma once
+
+#include <string>
+
+#include "planner/layer_precision.h"
+#include "worker/layer.h"
+#include "worker/tensor.h"
+
+namespace qsync {
+
+Tensor cast_activation(const Tensor& x, LayerPrecision p, StepContext& ctx, const std::string& layer);
+Tensor cast_weight(const Tensor& w, LayerPrecision p, StepContext& ctx, const std::string& layer);
+Tensor cast_gradient(const Tensor& dy, LayerPrecision p, StepContext& ctx, const std::string& layer);
+Tensor backward_operand(const Tensor& saved, LayerPrecision p, StepContext& ctx, const std::string& layer);
+Tensor backward_weight(const Tensor& saved_w, const Tensor& master_w, LayerPrecision p, StepContext& ctx,
+                       const std::string& layer);
+
+// C (m, n) = op(A) op(B) + beta C with A, B 2-D views: (rows, cols) = their shapes' leading
+// product and last dim. Scales come from the tensors (per tensor, or per channel = per row of the
+// stored matrix: for B stored (n, k) transposed, that is per column of op(B)).
+void matmul(const Tensor& a, Transpose ta, const Tensor& b, Transpose tb, float* c, float beta);
+
+// Seconds since `start` recorded under "<layer>.<op>" when ctx has a timer.
+struct OpClock {
+  OpClock(StepContext& ctx, std::string name);
+  ~OpClock();
+  StepContext& ctx;
+  std::string name;
+  double start;
+};
+
+}  // namespace qsync

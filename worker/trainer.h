@@ -1,0 +1,58 @@
+// File: worker/trainer.h
+// The training loop of one worker: load model, plan and data, run as a device class, train for
+// steps or epochs with periodic evaluation and checkpoints, resume from the last checkpoint, and
+// report a summary (also as JSON).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "worker/optimizer.h"
+
+namespace qsync {
+
+struct TrainConfig {
+  std::string model;      // zoo name or model file
+  std::string data;       // Fashion-MNIST dir (image models) or text file (token models)
+  std::string plan_path;  // per-layer precisions; empty: fp32 everywhere
+  std::string precision;  // uniform precision for every GEMM layer (when no plan is given)
+  int64_t steps = 0;      // one of steps / epochs (steps wins)
+  double epochs = 0;
+  int64_t batch = 128;
+  OptimizerConfig optimizer;
+  uint64_t seed = 1;
+  int64_t eval_every = 0;  // 0: only at the end
+  int64_t eval_limit = 0;  // cap on evaluation samples (0: the whole test set)
+  std::string checkpoint_dir;
+  int64_t checkpoint_every = 0;  // 0: only at the end (when a dir is given)
+  bool resume = false;
+  std::string summary_json;
+  std::string device_class;  // empty: the strongest CPU class available
+  int threads = 1;
+  int64_t memory_budget = 0;  // bytes; 0: unlimited
+  int64_t log_every = 50;
+  bool quiet = false;
+};
+
+struct EvalResult {
+  double loss = 0, accuracy = 0;
+  int64_t samples = 0;
+};
+
+struct TrainSummary {
+  std::string model, device_class;
+  int64_t steps = 0, start_step = 0;
+  double final_train_loss = 0, final_test_loss = 0, final_test_accuracy = 0, final_perplexity = 0;
+  double samples_per_second = 0, median_step_seconds = 0, wall_seconds = 0;
+  int64_t peak_memory_bytes = 0, parameter_count = 0;
+  std::vector<double> losses;  // per step trained in this run
+  std::string plan_summary;    // "conv1=int8 conv2=fp32 ..."
+};
+
+TrainSummary train_run(const TrainConfig& config);
+// Writes the summary JSON (fields: final_test_accuracy, final_train_loss, steps,
+// samples_per_second, median_step_seconds, peak_memory_bytes, ...).
+void train_summary_write_json(const TrainSummary& s, const std::string& path);
+
+}  // namespace qsync
