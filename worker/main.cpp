@@ -6,7 +6,7 @@
 //                      [--weight-decay X] [--warmup N] [--grad-clip X] [--seed S]
 //                      [--eval-every K] [--eval-limit N] [--checkpoint-dir D] [--checkpoint-every K]
 //                      [--resume] [--summary-json FILE] [--device-class C] [--threads N]
-//                      [--memory-budget MiB] [--log-every N] [--quiet]
+//                      [--memory-budget MiB] [--log-every N] [--quiet] [--op-times]
 #include <cstdio>
 #include <cstring>
 #include <functional>
@@ -25,7 +25,7 @@ const char* USAGE =
     "         [--warmup N] [--grad-clip X] [--seed S] [--eval-every K] [--eval-limit N]\n"
     "         [--checkpoint-dir D] [--checkpoint-every K] [--resume] [--summary-json FILE]\n"
     "         [--device-class cpu-amx|cpu-avx512|cpu-avx2] [--threads N] [--memory-budget MiB]\n"
-    "         [--log-every N] [--quiet]\n";
+    "         [--log-every N] [--quiet] [--op-times]\n";
 
 int64_t parse_int(const std::string& flag, const std::string& v) {
   size_t used = 0;
@@ -83,6 +83,8 @@ TrainConfig parse_train(int argc, char** argv) {
       c.resume = true;
     } else if (a == "--quiet") {
       c.quiet = true;
+    } else if (a == "--op-times") {
+      c.op_times = true;
     } else if (auto it = with_value.find(a); it != with_value.end()) {
       if (i + 1 >= argc) throw std::invalid_argument(a + " needs a value");
       it->second(argv[++i]);

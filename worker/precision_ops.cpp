@@ -71,6 +71,8 @@ Tensor int8_to_sixteen_bit(const Tensor& q, Precision p, StepContext& ctx, const
   return out;
 }
 
+int int8_max_for(OperandRole role) { return role == OperandRole::A ? cpu_int8_activation_max() : 127; }
+
 }  // namespace
 
 OpClock::OpClock(StepContext& c, std::string n) : ctx(c), name(std::move(n)), start(ctx.timer ? now_seconds() : 0) {}
@@ -78,7 +80,7 @@ OpClock::~OpClock() {
   if (ctx.timer) ctx.timer->record(name, now_seconds() - start);
 }
 
-Tensor cast_activation(const Tensor& x, LayerPrecision p, StepContext& ctx, const std::string& layer) {
+Tensor cast_activation(const Tensor& x, LayerPrecision p, StepContext& ctx, const std::string& layer, OperandRole role) {
   const LayerPrecisionTraits& t = layer_precision_traits(p);
   if (t.forward == Precision::FP32) return x;
   OpClock clock(ctx, layer + ".cast_x");
@@ -86,13 +88,13 @@ Tensor cast_activation(const Tensor& x, LayerPrecision p, StepContext& ctx, cons
   switch (t.forward) {
     case Precision::BF16:
     case Precision::FP16: return to_sixteen_bit(x, t.forward, ctx, what);
-    case Precision::INT8: return int8_per_tensor(x, Rounding::NEAREST_EVEN, 0, cpu_int8_activation_max(), ctx, what);
+    case Precision::INT8: return int8_per_tensor(x, Rounding::NEAREST_EVEN, 0, int8_max_for(role), ctx, what);
     case Precision::FP8_E4M3: return fp8_per_tensor(x, Precision::FP8_E4M3, ctx, what);
     default: throw std::logic_error("cast_activation: no cast to " + std::string(precision_name(t.forward)));
   }
 }
 
-Tensor cast_weight(const Tensor& w, LayerPrecision p, StepContext& ctx, const std::string& layer) {
+Tensor cast_weight(const Tensor& w, LayerPrecision p, StepContext& ctx, const std::string& layer, OperandRole role) {
   const LayerPrecisionTraits& t = layer_precision_traits(p);
   if (t.forward == Precision::FP32) return w;
   OpClock clock(ctx, layer + ".cast_w");
@@ -106,7 +108,7 @@ Tensor cast_weight(const Tensor& w, LayerPrecision p, StepContext& ctx, const st
   Tensor q = Tensor::empty(w.shape(), Precision::INT8, ctx.memory, what);
   q.scales.resize(size_t(rows));
   amax_rows(w.f32(), rows, cols, q.scales.data());
-  for (float& s : q.scales) s = int8_scale_from_amax(s);
+  for (float& s : q.scales) s = int8_scale_from_amax(s, int8_max_for(role));
   quantize_int8_rows(w.f32(), q.as<int8_t>(), rows, cols, q.scales.data(), Rounding::NEAREST_EVEN, 0);
   q.scale_mode = ScaleMode::PER_CHANNEL;
   return q;
@@ -135,7 +137,7 @@ Tensor backward_operand(const Tensor& saved, LayerPrecision p, StepContext& ctx,
 }
 
 Tensor backward_weight(const Tensor& saved_w, const Tensor& master_w, LayerPrecision p, StepContext& ctx,
-                       const std::string& layer) {
+                       const std::string& layer, OperandRole role) {
   const LayerPrecisionTraits& t = layer_precision_traits(p);
   if (t.forward == Precision::FP32) return master_w;
   if (t.backward == BackwardKind::SIXTEEN_BIT) {
@@ -145,7 +147,7 @@ Tensor backward_weight(const Tensor& saved_w, const Tensor& master_w, LayerPreci
   if (t.backward == BackwardKind::INT8) {
     // Per-channel scales run along the reduction dimension of dX = dY W: re-quantize per tensor.
     OpClock clock(ctx, layer + ".cast_w_backward");
-    return int8_per_tensor(master_w, Rounding::NEAREST_EVEN, 0, 127, ctx, layer + " weight (int8 per tensor)");
+    return int8_per_tensor(master_w, Rounding::NEAREST_EVEN, 0, int8_max_for(role), ctx, layer + " weight (int8 per tensor)");
   }
   return saved_w;
 }

@@ -24,12 +24,18 @@
 
 namespace qsync {
 
-Tensor cast_activation(const Tensor& x, LayerPrecision p, StepContext& ctx, const std::string& layer);
-Tensor cast_weight(const Tensor& w, LayerPrecision p, StepContext& ctx, const std::string& layer);
+// Which side of the GEMM an INT8 tensor feeds. On CPUs without VNNI the A side is quantized to
+// 7 bits (kernels/cpu/gemm_onednn.h: cpu_int8_activation_max), B to the full [-127, 127].
+enum class OperandRole : uint8_t { A, B };
+
+Tensor cast_activation(const Tensor& x, LayerPrecision p, StepContext& ctx, const std::string& layer, OperandRole role);
+Tensor cast_weight(const Tensor& w, LayerPrecision p, StepContext& ctx, const std::string& layer, OperandRole role);
+// The output gradient is the A operand of both backward GEMMs of Linear and of Conv2d's weight
+// gradient; it is quantized as an A operand.
 Tensor cast_gradient(const Tensor& dy, LayerPrecision p, StepContext& ctx, const std::string& layer);
 Tensor backward_operand(const Tensor& saved, LayerPrecision p, StepContext& ctx, const std::string& layer);
 Tensor backward_weight(const Tensor& saved_w, const Tensor& master_w, LayerPrecision p, StepContext& ctx,
-                       const std::string& layer);
+                       const std::string& layer, OperandRole role);
 
 // C (m, n) = op(A) op(B) + beta C with A, B 2-D views: (rows, cols) = their shapes' leading
 // product and last dim. Scales come from the tensors (per tensor, or per channel = per row of the

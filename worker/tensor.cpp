@@ -2,6 +2,8 @@
 // Tensor storage (aligned, accounted) and the memory account.
 #include "worker/tensor.h"
 
+#include <malloc.h>
+
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -37,7 +39,24 @@ Tensor::Storage::~Storage() {
   if (account) account->release(bytes);
 }
 
+namespace {
+
+// Training allocates the same large activation buffers every step. glibc serves large requests
+// with fresh mmaps and returns them on free, so every step would page-fault its activations in
+// again; keeping freed memory in the heap lets the next step reuse it.
+void keep_freed_memory_for_reuse() {
+  static const bool done = [] {
+    mallopt(M_MMAP_THRESHOLD, 1 << 30);
+    mallopt(M_TRIM_THRESHOLD, 1 << 30);
+    return true;
+  }();
+  (void)done;
+}
+
+}  // namespace
+
 Tensor Tensor::empty(const Shape& shape, Precision p, MemoryAccount* account, const std::string& what) {
+  keep_freed_memory_for_reuse();
   for (int64_t d : shape)
     if (d < 0) throw std::invalid_argument("tensor " + what + ": negative dimension in " + shape_string(shape));
   Tensor t;

@@ -15,6 +15,7 @@
 #include "worker/checkpoint.h"
 #include "worker/loss.h"
 #include "worker/model.h"
+#include "worker/op_time_table.h"
 #include "worker/progress.h"
 #include "worker/train_data.h"
 
@@ -125,8 +126,10 @@ TrainSummary train_run(const TrainConfig& c) {
   s.start_step = step;
   if (!c.checkpoint_dir.empty()) std::filesystem::create_directories(c.checkpoint_dir);
 
+  OpTimeTable op_table;
   StepContext ctx;
   ctx.memory = &memory;
+  if (c.op_times) ctx.timer = &op_table;
   ctx.seed = c.seed;
   ctx.sixteen_bit = sixteen_bit_for(device);
   auto save = [&](int64_t done) {
@@ -171,6 +174,8 @@ TrainSummary train_run(const TrainConfig& c) {
   s.steps = step;
   s.peak_memory_bytes = memory.peak_bytes();
 
+  if (c.op_times) progress.message("time per op (training steps of this run):\n" + op_table.format(s.steps - s.start_step));
+  ctx.timer = nullptr;
   const EvalResult e = evaluate(model, *data, ctx);
   s.final_test_loss = e.loss;
   s.final_test_accuracy = e.accuracy;

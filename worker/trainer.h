@@ -33,6 +33,7 @@ struct TrainConfig {
   int64_t memory_budget = 0;  // bytes; 0: unlimited
   int64_t log_every = 50;
   bool quiet = false;
+  bool op_times = false;  // print where a step's time goes, per op, at the end
 };
 
 struct EvalResult {

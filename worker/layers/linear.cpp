@@ -38,8 +38,8 @@ Tensor LinearLayer::forward(const Tensor& x_in, StepContext& ctx) {
   x_shape_ = x_in.shape();
   const int64_t m = x_in.numel() / in_;
   const Tensor x = x_in.reshape({m, in_});                        // (M, K) fp32
-  const Tensor xc = cast_activation(x, precision_, ctx, name());  // (M, K) forward precision
-  const Tensor wc = cast_weight(weight_.value, precision_, ctx, name());
+  const Tensor xc = cast_activation(x, precision_, ctx, name(), OperandRole::A);  // (M, K) forward precision
+  const Tensor wc = cast_weight(weight_.value, precision_, ctx, name(), OperandRole::B);
   Shape y_shape = x_shape_;
   y_shape.back() = out_;
   Tensor y = Tensor::empty(y_shape, Precision::FP32, ctx.memory, name() + " output");  // (M, N)
@@ -75,7 +75,7 @@ Tensor LinearLayer::backward(const Tensor& dy_in, StepContext& ctx) {
   const Tensor g = cast_gradient(dy, precision_, ctx, name());  // (M, N) backward precision
   Tensor dx = Tensor::empty(x_shape_, Precision::FP32, ctx.memory, name() + " input gradient");
   {
-    const Tensor wb = backward_weight(w_saved_, weight_.value, precision_, ctx, name());
+    const Tensor wb = backward_weight(w_saved_, weight_.value, precision_, ctx, name(), OperandRole::B);
     OpClock clock(ctx, name() + ".gemm_input_grad");
     matmul(g, Transpose::NO, wb, Transpose::NO, dx.f32(), 0.0f);
   }
