@@ -37,6 +37,9 @@ struct StepContext {
   int64_t step = 0;
   bool training = true;  // false: eval (no dropout, nothing saved for backward)
   Precision sixteen_bit = Precision::BF16;  // the device's 16-bit format for int8 backward GEMMs
+  // false: the device has no 16-bit GEMM; int8 backward operands are FP32 tensors holding values
+  // rounded to `sixteen_bit` ("emulated": the 16-bit numerics at FP32 GEMM speed).
+  bool sixteen_bit_native = true;
   OpTimer* timer = nullptr;
 };
 

@@ -50,9 +50,37 @@ Tensor fp8_per_tensor(const Tensor& x, Precision p, StepContext& ctx, const std:
   return q;
 }
 
-// INT8 (per tensor or per row) -> 16-bit, in cache-sized chunks through an FP32 buffer.
-Tensor int8_to_sixteen_bit(const Tensor& q, Precision p, StepContext& ctx, const std::string& what) {
-  Tensor out = Tensor::empty(q.shape(), p, ctx.memory, what);
+// Rounds FP32 values to the 16-bit format p and back, in place, in cache-sized chunks.
+void round_to_sixteen_bit(float* x, int64_t n, Precision p) {
+  constexpr int64_t CHUNK = 4096;
+  uint16_t buf[CHUNK];
+  for (int64_t i = 0; i < n; i += CHUNK) {
+    const int64_t len = std::min(CHUNK, n - i);
+    if (p == Precision::BF16) {
+      convert_fp32_to_bf16(x + i, buf, len);
+      convert_bf16_to_fp32(buf, x + i, len);
+    } else {
+      convert_fp32_to_fp16(x + i, buf, len);
+      convert_fp16_to_fp32(buf, x + i, len);
+    }
+  }
+}
+
+// The backward operand of an int8 layer in the device's 16-bit format: real 16-bit storage where
+// the device computes it natively, else FP32 holding 16-bit-rounded values.
+Tensor to_backward_sixteen_bit(const Tensor& x, StepContext& ctx, const std::string& what) {
+  if (ctx.sixteen_bit_native) return to_sixteen_bit(x, ctx.sixteen_bit, ctx, what);
+  Tensor out = x.clone(ctx.memory, what);
+  round_to_sixteen_bit(out.f32(), out.numel(), ctx.sixteen_bit);
+  return out;
+}
+
+// INT8 (per tensor or per row) -> the device's 16-bit format (see to_backward_sixteen_bit), in
+// cache-sized chunks through an FP32 buffer.
+Tensor int8_to_sixteen_bit(const Tensor& q, StepContext& ctx, const std::string& what) {
+  const Precision p = ctx.sixteen_bit;
+  const bool native = ctx.sixteen_bit_native;
+  Tensor out = Tensor::empty(q.shape(), native ? p : Precision::FP32, ctx.memory, what);
   const int64_t rows = rows_of(q), cols = cols_of(q);
   const bool per_row = q.scale_mode == ScaleMode::PER_CHANNEL;
   constexpr int64_t CHUNK = 4096;
@@ -62,6 +90,12 @@ Tensor int8_to_sixteen_bit(const Tensor& q, Precision p, StepContext& ctx, const
     const float scale = q.scales[per_row ? size_t(r) : 0];
     for (int64_t i = 0; i < count; i += CHUNK) {
       const int64_t len = std::min(CHUNK, count - i);
+      if (!native) {
+        float* dst = out.f32() + begin + i;
+        dequantize_int8(q.as<int8_t>() + begin + i, dst, len, scale);
+        round_to_sixteen_bit(dst, len, p);
+        continue;
+      }
       dequantize_int8(q.as<int8_t>() + begin + i, buf, len, scale);
       uint16_t* dst = out.as<uint16_t>() + begin + i;
       if (p == Precision::BF16) convert_fp32_to_bf16(buf, dst, len);
@@ -121,7 +155,7 @@ Tensor cast_gradient(const Tensor& dy, LayerPrecision p, StepContext& ctx, const
   const std::string what = layer + " output gradient (" + t.name + ")";
   switch (t.backward) {
     case BackwardKind::SAME_AS_FORWARD: return to_sixteen_bit(dy, t.forward, ctx, what);
-    case BackwardKind::SIXTEEN_BIT: return to_sixteen_bit(dy, ctx.sixteen_bit, ctx, what);
+    case BackwardKind::SIXTEEN_BIT: return to_backward_sixteen_bit(dy, ctx, what);
     case BackwardKind::INT8:
       return int8_per_tensor(dy, Rounding::STOCHASTIC, layer_seed(ctx.seed, ctx.step, layer), cpu_int8_activation_max(),
                              ctx, what);
@@ -133,7 +167,7 @@ Tensor cast_gradient(const Tensor& dy, LayerPrecision p, StepContext& ctx, const
 Tensor backward_operand(const Tensor& saved, LayerPrecision p, StepContext& ctx, const std::string& layer) {
   if (layer_precision_traits(p).backward != BackwardKind::SIXTEEN_BIT) return saved;
   OpClock clock(ctx, layer + ".cast_saved_x");
-  return int8_to_sixteen_bit(saved, ctx.sixteen_bit, ctx, layer + " saved input (16-bit)");
+  return int8_to_sixteen_bit(saved, ctx, layer + " saved input (16-bit)");
 }
 
 Tensor backward_weight(const Tensor& saved_w, const Tensor& master_w, LayerPrecision p, StepContext& ctx,
@@ -142,7 +176,7 @@ Tensor backward_weight(const Tensor& saved_w, const Tensor& master_w, LayerPreci
   if (t.forward == Precision::FP32) return master_w;
   if (t.backward == BackwardKind::SIXTEEN_BIT) {
     OpClock clock(ctx, layer + ".cast_saved_w");
-    return int8_to_sixteen_bit(saved_w, ctx.sixteen_bit, ctx, layer + " weight (16-bit)");
+    return int8_to_sixteen_bit(saved_w, ctx, layer + " weight (16-bit)");
   }
   if (t.backward == BackwardKind::INT8) {
     // Per-channel scales run along the reduction dimension of dX = dY W: re-quantize per tensor.

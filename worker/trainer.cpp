@@ -32,11 +32,17 @@ Shape batch_shape(const ModelDesc& m, int64_t batch) {
   return s;
 }
 
-// The device's 16-bit format for INT8 backward GEMMs: BF16 where the class computes it natively.
-Precision sixteen_bit_for(const DeviceClass& c) {
+// The device's 16-bit format for INT8 backward GEMMs: BF16 where the class computes it natively,
+// FP16 on CUDA, else FP16 numerics emulated in FP32 GEMMs.
+void set_sixteen_bit(const DeviceClass& c, StepContext& ctx) {
   for (const PrecisionCapability& p : device_class_capabilities(c))
-    if (p.precision == Precision::BF16 && p.level == SupportLevel::NATIVE) return Precision::BF16;
-  return c.kind == DeviceKind::CUDA ? Precision::FP16 : Precision::BF16;
+    if (p.precision == Precision::BF16 && p.level == SupportLevel::NATIVE) {
+      ctx.sixteen_bit = Precision::BF16;
+      ctx.sixteen_bit_native = true;
+      return;
+    }
+  ctx.sixteen_bit = Precision::FP16;
+  ctx.sixteen_bit_native = c.kind == DeviceKind::CUDA;
 }
 
 RankPlan load_plan(const TrainConfig& c, const ModelDesc& m) {
@@ -131,7 +137,7 @@ TrainSummary train_run(const TrainConfig& c) {
   ctx.memory = &memory;
   if (c.op_times) ctx.timer = &op_table;
   ctx.seed = c.seed;
-  ctx.sixteen_bit = sixteen_bit_for(device);
+  set_sixteen_bit(device, ctx);
   auto save = [&](int64_t done) {
     const LoaderPosition pos = data->position();
     checkpoint_save(ckpt, model, opt, {done, pos.epoch, pos.step, c.seed, desc.hash});

@@ -1,0 +1,194 @@
+// Unit tests for worker/layers/conv2d: forward against a naive direct convolution, finite-
+// difference gradients in FP32 on awkward geometries, per-precision errors against the FP32
+// layer, and saved-activation memory.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "tests/worker/gradient_check.h"
+#include "tests/worker/layers/gemm_test_support.h"
+#include "worker/layers/conv2d.h"
+
+namespace qsync::testing {
+namespace {
+
+constexpr double FP32_U = 0x1.0p-24;  // FP32 unit roundoff
+
+struct Geometry {
+  int64_t batch, c, h, w, o, k, stride, pad;
+  bool bias;
+};
+
+std::string describe(const Geometry& g) {
+  return "B" + std::to_string(g.batch) + " C" + std::to_string(g.c) + " " + std::to_string(g.h) + "x" +
+         std::to_string(g.w) + " O" + std::to_string(g.o) + " k" + std::to_string(g.k) + " s" +
+         std::to_string(g.stride) + " p" + std::to_string(g.pad) + (g.bias ? "" : " no bias");
+}
+
+LayerDesc desc_of(const Geometry& g) { return conv_desc("conv", g.c, g.h, g.w, g.o, g.k, g.stride, g.pad, g.bias); }
+
+// Odd and even sizes, stride 1 and 2, padding 0 and 1, kernel 1 and 3, with and without bias.
+// The last one has H'W' = 33 * 31 = 1023 outputs per sample: 2 samples per im2col chunk of
+// about 2048 columns, so its batch of 3 runs as two chunks (2 + 1).
+const Geometry GEOMETRIES[] = {
+    {2, 3, 7, 5, 4, 3, 1, 1, true},  {2, 2, 8, 7, 3, 3, 2, 0, true},  {3, 3, 9, 6, 5, 1, 1, 0, true},
+    {2, 2, 7, 9, 3, 3, 2, 1, false}, {2, 1, 5, 5, 2, 1, 2, 0, true},  {1, 2, 3, 4, 2, 3, 1, 0, true},
+    {3, 2, 33, 31, 3, 3, 1, 1, true},
+};
+
+// Direct convolution in double: y[b][o][oy][ox] = bias[o] + sum over (ci, ky, kx) inside the
+// image of W[o][(ci k + ky) k + kx] x[b][ci][oy s - p + ky][ox s - p + kx]. Returns also the
+// sum of the terms' magnitudes per output (for the rounding bound).
+void naive_conv(const Geometry& g, const float* x, const float* w, const float* bias, std::vector<double>& y,
+                std::vector<double>& mag) {
+  const int64_t oh = (g.h + 2 * g.pad - g.k) / g.stride + 1, ow = (g.w + 2 * g.pad - g.k) / g.stride + 1;
+  y.assign(size_t(g.batch * g.o * oh * ow), 0.0);
+  mag.assign(y.size(), 0.0);
+  for (int64_t b = 0; b < g.batch; ++b)
+    for (int64_t o = 0; o < g.o; ++o)
+      for (int64_t oy = 0; oy < oh; ++oy)
+        for (int64_t ox = 0; ox < ow; ++ox) {
+          const size_t at = size_t(((b * g.o + o) * oh + oy) * ow + ox);
+          double s = bias ? bias[o] : 0.0, m = bias ? std::fabs(bias[o]) : 0.0;
+          for (int64_t ci = 0; ci < g.c; ++ci)
+            for (int64_t ky = 0; ky < g.k; ++ky)
+              for (int64_t kx = 0; kx < g.k; ++kx) {
+                const int64_t yy = oy * g.stride - g.pad + ky, xx = ox * g.stride - g.pad + kx;
+                if (yy < 0 || yy >= g.h || xx < 0 || xx >= g.w) continue;
+                const double t = double(w[(ci * g.k + ky) * g.k + kx + o * g.c * g.k * g.k]) *
+                                 double(x[((b * g.c + ci) * g.h + yy) * g.w + xx]);
+                s += t;
+                m += std::fabs(t);
+              }
+          y[at] = s;
+          mag[at] = m;
+        }
+}
+
+TEST(Conv2dLayer, ParametersAndShapes) {
+  activate_test_device_class();
+  MemoryAccount account;
+  Conv2dLayer conv(conv_desc("conv1", 3, 8, 8, 5, 3, 2, 1), &account);
+  const std::vector<Parameter*> params = parameters_of(conv);
+  ASSERT_EQ(params.size(), 2u);
+  EXPECT_EQ(params[0]->name, "conv1.weight");
+  EXPECT_EQ(params[0]->value.shape(), (Shape{5, 3 * 3 * 3}));
+  EXPECT_EQ(params[1]->name, "conv1.bias");
+  EXPECT_EQ(account.current_bytes(), 2 * (5 * 27 + 5) * 4);
+  StepContext ctx;
+  ctx.training = false;
+  std::mt19937_64 rng(1);
+  EXPECT_EQ(conv.forward(normal_tensor({2, 3, 8, 8}, rng), ctx).shape(), (Shape{2, 5, 4, 4}));
+}
+
+// FP32 summation of the C k^2 taps (K of them) errs by at most gamma_K sum |w x| in any order
+// (Higham, Thm 3.1), plus one rounding for the bias: bound (K + 2) u (sum |w x| + |b|).
+TEST(Conv2dLayer, ForwardMatchesNaiveDirectConvolution) {
+  activate_test_device_class();
+  for (const Geometry& g : GEOMETRIES) {
+    SCOPED_TRACE(describe(g));
+    std::mt19937_64 rng(2);
+    Conv2dLayer conv(desc_of(g), nullptr);
+    conv.init_parameters(rng);
+    const std::vector<Parameter*> params = parameters_of(conv);
+    Tensor x = normal_tensor({g.batch, g.c, g.h, g.w}, rng);
+    StepContext ctx;
+    ctx.training = false;
+    Tensor y = conv.forward(x, ctx);
+    std::vector<double> ref, mag;
+    naive_conv(g, x.f32(), params[0]->value.f32(), g.bias ? params[1]->value.f32() : nullptr, ref, mag);
+    ASSERT_EQ(y.numel(), int64_t(ref.size()));
+    const double K = double(g.c * g.k * g.k);
+    int64_t bad = 0;
+    for (size_t i = 0; i < ref.size(); ++i)
+      if (std::fabs(double(y.f32()[i]) - ref[i]) > (K + 2) * FP32_U * mag[i]) ++bad;
+    EXPECT_EQ(bad, 0);
+  }
+}
+
+// Conv is linear in x and in W: step 1e-1 (no truncation error; see gradient_check.h).
+TEST(Conv2dLayer, GradientCheck) {
+  activate_test_device_class();
+  for (const Geometry& g : GEOMETRIES) {
+    SCOPED_TRACE(describe(g));
+    std::mt19937_64 rng(3);
+    Conv2dLayer conv(desc_of(g), nullptr);
+    conv.init_parameters(rng);
+    GradientCheckOptions opt;
+    opt.step = 1e-1;
+    GradientCheckResult r = gradient_check(conv, random_tensor({g.batch, g.c, g.h, g.w}, rng), opt);
+    EXPECT_TRUE(r.ok) << r.report();
+  }
+}
+
+TEST(Conv2dLayer, GradientsAccumulate) {
+  activate_test_device_class();
+  const Geometry g = GEOMETRIES[1];
+  std::mt19937_64 rng(4);
+  Conv2dLayer conv(desc_of(g), nullptr);
+  conv.init_parameters(rng);
+  Tensor x = normal_tensor({g.batch, g.c, g.h, g.w}, rng);
+  Tensor dy = normal_tensor({g.batch, g.o, 3, 3}, rng);
+  const StepResult once = run_step(conv, LayerPrecision::FP32, x, dy);
+  StepContext ctx;
+  conv.forward(x, ctx);
+  conv.backward(dy, ctx);
+  const std::vector<Parameter*> params = parameters_of(conv);
+  for (size_t p = 0; p < params.size(); ++p)
+    for (int64_t i = 0; i < params[p]->grad.numel(); ++i)
+      EXPECT_FLOAT_EQ(params[p]->grad.f32()[i], 2.0f * once.grads[p][size_t(i)]) << params[p]->name << " " << i;
+}
+
+class Conv2dPrecision : public ::testing::TestWithParam<LayerPrecision> {};
+
+// x (6, 5, 11, 9) N(0, 1), 8 output channels, 3x3 stride 1 padding 1 (K = 45), dy N(0, 1);
+// bounds and their derivation in gemm_test_support.h (here the weight is the A operand, so it
+// is the 7-bit one without VNNI). The bias gradient is summed from the FP32 dy: exact.
+TEST_P(Conv2dPrecision, ErrorsAgainstFp32WithinBounds) {
+  activate_test_device_class();
+  const LayerPrecision p = GetParam();
+  std::mt19937_64 rng(5);
+  const Geometry g{6, 5, 11, 9, 8, 3, 1, 1, true};
+  Conv2dLayer conv(desc_of(g), nullptr);
+  conv.init_parameters(rng);
+  Tensor x = normal_tensor({g.batch, g.c, g.h, g.w}, rng), dy = normal_tensor({g.batch, g.o, g.h, g.w}, rng);
+  const PrecisionErrors e = measure_precision_errors(conv, p, x, dy);
+  print_precision_errors("conv2d", p, e, parameters_of(conv));
+  const ErrorBounds b = precision_error_bounds(p);
+  EXPECT_LE(e.y, b.y);
+  EXPECT_LE(e.dx, b.dx);
+  EXPECT_LE(e.grads[0], b.dw);
+  EXPECT_EQ(e.grads[1], 0.0) << "bias gradient";
+  EXPECT_GT(e.y, 0.0) << "the precision changed nothing: was it applied?";
+}
+
+// Saved bytes: x (B, C, H, W) in the forward precision plus the weight copy (O, C k^2) when it
+// is not the FP32 master: INT8 (2400 + 288) / 9600 = 0.28 of FP32, 16-bit 0.56.
+TEST_P(Conv2dPrecision, SavedBytesShrinkAndAreReleased) {
+  activate_test_device_class();
+  const LayerPrecision p = GetParam();
+  const Geometry g{6, 4, 10, 10, 8, 3, 1, 1, true};
+  std::mt19937_64 rng(6);
+  MemoryAccount account;
+  Conv2dLayer conv(desc_of(g), &account);
+  conv.init_parameters(rng);
+  Tensor x = normal_tensor({g.batch, g.c, g.h, g.w}, rng);
+  const int64_t fp32 = step_memory(conv, account, x, x.bytes());
+  EXPECT_EQ(fp32, x.bytes());
+  conv.set_precision(p);
+  const int64_t saved = step_memory(conv, account, x, 0);
+  const int64_t elem = precision_bytes(layer_precision_traits(p).saved_activation);
+  EXPECT_EQ(saved, (x.numel() + g.o * g.c * g.k * g.k) * elem);
+  if (elem == 1) {
+    EXPECT_LE(double(saved), 0.3 * double(fp32));
+  }
+  if (elem == 2) {
+    EXPECT_GE(double(saved), 0.5 * double(fp32));
+    EXPECT_LE(double(saved), 0.6 * double(fp32));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Precisions, Conv2dPrecision, ::testing::ValuesIn(LOW_PRECISIONS), precision_test_name);
+
+}  // namespace
+}  // namespace qsync::testing

@@ -1,0 +1,154 @@
+// Unit tests for worker/layers/linear: forward against a naive reference, finite-difference
+// gradients in FP32, per-precision errors against the FP32 layer, and saved-activation memory.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "tests/worker/gradient_check.h"
+#include "tests/worker/layers/gemm_test_support.h"
+#include "worker/layers/linear.h"
+
+namespace qsync::testing {
+namespace {
+
+constexpr double FP32_U = 0x1.0p-24;  // FP32 unit roundoff
+
+TEST(LinearLayer, ParametersAndShapes) {
+  activate_test_device_class();
+  MemoryAccount account;
+  LinearLayer fc(linear_desc("fc", {3, 7}, 5), &account);
+  const std::vector<Parameter*> params = parameters_of(fc);
+  ASSERT_EQ(params.size(), 2u);
+  EXPECT_EQ(params[0]->name, "fc.weight");
+  EXPECT_EQ(params[0]->value.shape(), (Shape{5, 7}));
+  EXPECT_TRUE(params[0]->decay);
+  EXPECT_EQ(params[1]->name, "fc.bias");
+  EXPECT_FALSE(params[1]->decay);
+  EXPECT_EQ(account.current_bytes(), 2 * (5 * 7 + 5) * 4);  // values and grads
+  LinearLayer nobias(linear_desc("nb", {7}, 5, false), nullptr);
+  EXPECT_EQ(parameters_of(nobias).size(), 1u);
+}
+
+// y (B, T, N) = x W^T + b against a double-precision loop. FP32 summation of K products in any
+// order errs by at most gamma_K = K u / (1 - K u) times sum |w x| (Higham, Thm 3.1); the bias
+// add is one more rounding: bound (K + 2) u (sum |w x| + |b|).
+TEST(LinearLayer, ForwardMatchesNaiveReference) {
+  activate_test_device_class();
+  std::mt19937_64 rng(1);
+  const int64_t B = 3, T = 5, K = 37, N = 11;
+  LinearLayer fc(linear_desc("fc", {T, K}, N), nullptr);
+  fc.init_parameters(rng);
+  const std::vector<Parameter*> params = parameters_of(fc);
+  const float* w = params[0]->value.f32();
+  const float* b = params[1]->value.f32();
+  Tensor x = normal_tensor({B, T, K}, rng);
+  StepContext ctx;
+  ctx.training = false;
+  Tensor y = fc.forward(x, ctx);
+  ASSERT_EQ(y.shape(), (Shape{B, T, N}));
+  for (int64_t m = 0; m < B * T; ++m)
+    for (int64_t n = 0; n < N; ++n) {
+      double ref = b[n], mag = std::fabs(b[n]);
+      for (int64_t k = 0; k < K; ++k) {
+        ref += double(w[n * K + k]) * double(x.f32()[m * K + k]);
+        mag += std::fabs(double(w[n * K + k]) * double(x.f32()[m * K + k]));
+      }
+      EXPECT_NEAR(y.f32()[m * N + n], ref, double(K + 2) * FP32_U * mag) << m << ", " << n;
+    }
+}
+
+// Linear maps have no truncation error: step 1e-1 (gradient_check.h) keeps the rounding noise
+// ~1e-5 relative with the default bounds.
+TEST(LinearLayer, GradientCheck) {
+  activate_test_device_class();
+  for (bool bias : {true, false}) {
+    SCOPED_TRACE(bias ? "bias" : "no bias");
+    std::mt19937_64 rng(2);
+    LinearLayer fc(linear_desc("fc", {3, 13}, 7, bias), nullptr);
+    fc.init_parameters(rng);
+    GradientCheckOptions opt;
+    opt.step = 1e-1;
+    GradientCheckResult r = gradient_check(fc, random_tensor({2, 3, 13}, rng), opt);
+    EXPECT_TRUE(r.ok) << r.report();
+  }
+}
+
+TEST(LinearLayer, GradientsAccumulate) {
+  activate_test_device_class();
+  std::mt19937_64 rng(3);
+  LinearLayer fc(linear_desc("fc", {9}, 4), nullptr);
+  fc.init_parameters(rng);
+  Tensor x = normal_tensor({6, 9}, rng), dy = normal_tensor({6, 4}, rng);
+  const StepResult once = run_step(fc, LayerPrecision::FP32, x, dy);
+  StepContext ctx;
+  fc.forward(x, ctx);
+  fc.backward(dy, ctx);  // on top of run_step's gradients
+  const std::vector<Parameter*> params = parameters_of(fc);
+  for (size_t p = 0; p < params.size(); ++p)
+    for (int64_t i = 0; i < params[p]->grad.numel(); ++i)
+      EXPECT_FLOAT_EQ(params[p]->grad.f32()[i], 2.0f * once.grads[p][size_t(i)]) << params[p]->name << " " << i;
+}
+
+TEST(LinearLayer, BackwardWithoutForwardThrows) {
+  activate_test_device_class();
+  LinearLayer fc(linear_desc("fc", {4}, 2), nullptr);
+  StepContext ctx;
+  EXPECT_THROW(fc.backward(Tensor::zeros({1, 2}, Precision::FP32, nullptr), ctx), std::logic_error);
+}
+
+class LinearPrecision : public ::testing::TestWithParam<LayerPrecision> {};
+
+// x (B, T, K) N(0, 1), dy N(0, 1), default init; bounds and their derivation in
+// gemm_test_support.h. The bias gradient is summed from the FP32 dy in every precision: exact.
+TEST_P(LinearPrecision, ErrorsAgainstFp32WithinBounds) {
+  activate_test_device_class();
+  const LayerPrecision p = GetParam();
+  std::mt19937_64 rng(4);
+  const int64_t B = 4, T = 24, K = 96, N = 40;
+  LinearLayer fc(linear_desc("fc", {T, K}, N), nullptr);
+  fc.init_parameters(rng);
+  Tensor x = normal_tensor({B, T, K}, rng), dy = normal_tensor({B, T, N}, rng);
+  const PrecisionErrors e = measure_precision_errors(fc, p, x, dy);
+  { double amax=0, e2=0, x2=0; for (int64_t i=0;i<x.numel();++i) amax=std::max(amax,(double)std::fabs(x.f32()[i]));
+    const double s=amax/127; for (int64_t i=0;i<x.numel();++i){double v=x.f32()[i]; double q=std::nearbyint(v/s)*s; e2+=(q-v)*(q-v); x2+=v*v;}
+    std::printf("amax %g xerr %g%%\n", amax, 100*std::sqrt(e2/x2)); }
+  print_precision_errors("linear", p, e, parameters_of(fc));
+  const ErrorBounds b = precision_error_bounds(p);
+  EXPECT_LE(e.y, b.y);
+  EXPECT_LE(e.dx, b.dx);
+  EXPECT_LE(e.grads[0], b.dw);
+  EXPECT_EQ(e.grads[1], 0.0) << "bias gradient";
+  EXPECT_GT(e.y, 0.0) << "the precision changed nothing: was it applied?";
+}
+
+// Saved bytes: x (M, K) in the forward precision, plus the weight copy (N, K) when it is not
+// the FP32 master. With M = 128 rows and N = 16: INT8 (MK + NK) / 4MK = 0.28 of FP32, 16-bit
+// (2MK + 2NK) / 4MK = 0.56.
+TEST_P(LinearPrecision, SavedBytesShrinkAndAreReleased) {
+  activate_test_device_class();
+  const LayerPrecision p = GetParam();
+  const int64_t B = 4, T = 32, K = 40, N = 16, M = B * T;
+  std::mt19937_64 rng(5);
+  MemoryAccount account;
+  LinearLayer fc(linear_desc("fc", {T, K}, N), &account);
+  fc.init_parameters(rng);
+  Tensor x = normal_tensor({B, T, K}, rng);
+  const int64_t fp32 = step_memory(fc, account, x, x.bytes());
+  EXPECT_EQ(fp32, M * K * 4);
+  fc.set_precision(p);
+  const int64_t saved = step_memory(fc, account, x, 0);
+  const int64_t elem = precision_bytes(layer_precision_traits(p).saved_activation);
+  EXPECT_EQ(saved, (M * K + N * K) * elem);
+  if (elem == 1) {
+    EXPECT_LE(double(saved), 0.3 * double(fp32));
+  }
+  if (elem == 2) {
+    EXPECT_GE(double(saved), 0.5 * double(fp32));
+    EXPECT_LE(double(saved), 0.6 * double(fp32));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Precisions, LinearPrecision, ::testing::ValuesIn(LOW_PRECISIONS), precision_test_name);
+
+}  // namespace
+}  // namespace qsync::testing
