@@ -7,7 +7,7 @@ packages=(
   build-essential cmake ninja-build pkg-config git
   libdnnl-dev libopenblas-dev nlohmann-json3-dev libgtest-dev zlib1g-dev
   libyaml-cpp-dev libgloo-dev prometheus-cpp-dev libcpprest-dev
-  dataset-fashion-mnist
+  dataset-fashion-mnist prometheus
 )
 
 missing=()

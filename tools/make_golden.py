@@ -7,8 +7,10 @@ For each model (default: the zoo's cnn and vit), in float32 with torch.manual_se
      every parameter to an int8 grid with a power-of-two scale per tensor (q * 2^e, |q| <= 127),
      so the file holds the initial values exactly in one byte each;
   2. takes the first `batch` Fashion-MNIST training images and labels (normalized as
-     worker/data/fashion_mnist.h: (x/255 - 0.2860) / 0.3530);
-  3. computes the logits, the mean cross-entropy loss and every parameter gradient;
+     worker/data/fashion_mnist.h: (x/255 - 0.2860) / 0.3530); a token model (char-gpt, not
+     committed: too large) gets seeded random sequences, targets the next token;
+  3. computes the logits, the mean cross-entropy loss over the N target positions and every
+     parameter gradient;
   4. from the same init, trains `steps` SGD steps (lr, no momentum, no weight decay) on that same
      batch and records each step's loss (taken before its update, as llm.c's expected_losses).
 
@@ -16,10 +18,10 @@ File format (tests/golden/<model>.qgold), little-endian:
   u32 magic 20261129, u32 version 1, u32 P (parameters), u32 S (training steps)
   string model        the zoo name ("cnn"); a string is u32 length + UTF-8 bytes
   u32 B               the batch size
-  tensor input        (B, C, H, W)
-  i32 labels[B]
-  tensor logits       (B, classes)
-  f32 loss            mean cross-entropy over the batch
+  tensor input        (B, C, H, W) images, or (B, T) token ids as floats
+  u32 N, i32 labels[N] the targets: N = B class ids, or B*T token ids (position b*T + t)
+  tensor logits       (B, classes) or (B, T, vocab)
+  f32 loss            mean cross-entropy over the N positions
   P tensors           the parameters, in the engine's order, named and shaped as the engine's
   P tensors           their gradients (same names, same order)
   f32 lr, f32 losses[S]
@@ -88,6 +90,8 @@ def int8_grid(t):
 
 
 class Writer:
+    """Accumulates the file's little-endian fields (see the format above)."""
+
     def __init__(self):
         self.parts = []
 
@@ -134,6 +138,13 @@ def sample_stride(numel, last_dim):
     return stride
 
 
+def token_batch(module, batch, seed):
+    """Seeded random sequences: ids (B, T) as floats, targets the next tokens (B*T)."""
+    gen = torch.Generator().manual_seed(seed)
+    seq = torch.randint(module.vocab, (batch, module.input_shape[0] + 1), generator=gen)
+    return seq[:, :-1].float(), seq[:, 1:].reshape(-1)
+
+
 def forward_backward(module, x, y):
     module.zero_grad(set_to_none=False)
     logits = module(x)
@@ -146,10 +157,13 @@ def make_golden(model, batch, seed, steps, lr):
     torch.manual_seed(seed)
     module, name_map = torch_models.build_torch_model(model)
     snap_to_int8_grid(module)
-    module.train()  # the zoo's cnn and vit have no dropout: train and eval compute the same
-    x, y = fashion_mnist_batch(batch)
-    if list(x.shape[1:]) != module.input_shape:
-        raise SystemExit("%s: takes %s inputs, not Fashion-MNIST images" % (model, module.input_shape))
+    module.train()  # the zoo's models have no dropout: train and eval compute the same
+    if module.input_kind == "tokens":
+        x, y = token_batch(module, batch, seed)
+    elif module.input_shape == [1, 28, 28]:
+        x, y = fashion_mnist_batch(batch)
+    else:
+        raise SystemExit("%s: takes %s images, not Fashion-MNIST's" % (model, module.input_shape))
     init = torch_models.our_state(module, name_map)
     init = {k: v.clone() for k, v in init.items()}
     logits, loss = forward_backward(module, x, y)
@@ -160,6 +174,7 @@ def make_golden(model, batch, seed, steps, lr):
     w.string(model)
     w.raw("I", batch)
     w.tensor("input", x)
+    w.raw("I", y.numel())
     w.array(y.numpy(), np.int32)
     w.tensor("logits", logits)
     w.raw("f", float(loss))
@@ -182,7 +197,7 @@ def make_golden(model, batch, seed, steps, lr):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--models", nargs="+", default=["cnn", "vit"], help="zoo model names")
-    ap.add_argument("--out-dir", default=os.path.join(REPO, "tests", "golden"))
+    ap.add_argument("--out-dir", default=os.path.normpath(os.path.join(REPO, "tests", "golden")))
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--seed", type=int, default=20261129)
     ap.add_argument("--steps", type=int, default=5)

@@ -8,6 +8,7 @@
 
 #include <cstring>
 #include <stdexcept>
+#include <vector>
 
 #include "planner/atomic_file.h"
 
@@ -89,6 +90,9 @@ void checkpoint_save(const std::string& path, const Model& model, Optimizer& opt
   atomic_file_write(path, w.out);
 }
 
+// Reads the whole layout first (a truncated file is caught there, with the sizes), then checks
+// the checksum, then the model, optimizer and tensor names; `model` and `opt` change only once
+// every check has passed.
 CheckpointMeta checkpoint_load(const std::string& path, Model& model, Optimizer& opt) {
   const std::string bytes = file_read_all(path);
   Reader r{bytes, path};
@@ -100,40 +104,61 @@ CheckpointMeta checkpoint_load(const std::string& path, Model& model, Optimizer&
   if (version != CHECKPOINT_VERSION)
     throw std::runtime_error("checkpoint " + path + " has version " + std::to_string(version) + ", this worker reads " +
                              std::to_string(CHECKPOINT_VERSION));
-  if (bytes.size() < sizeof(uint64_t) ||
-      fnv1a(bytes.data(), bytes.size() - sizeof(uint64_t)) !=
-          *reinterpret_cast<const uint64_t*>(bytes.data() + bytes.size() - sizeof(uint64_t)))
-    throw std::runtime_error("checkpoint " + path + " is corrupt (checksum mismatch); delete it or restore a good copy");
   CheckpointMeta meta;
   meta.model_hash = r.get<uint64_t>();
-  if (meta.model_hash != model.desc().hash)
-    throw std::runtime_error("checkpoint " + path + " belongs to another model (hash " + std::to_string(meta.model_hash) +
-                             "; this run trains '" + model.desc().name + "', hash " + std::to_string(model.desc().hash) +
-                             "): use another --checkpoint-dir or the model the checkpoint was trained with");
   meta.step = r.get<int64_t>();
   meta.data_epoch = r.get<int64_t>();
   meta.data_index = r.get<int64_t>();
   meta.seed = r.get<uint64_t>();
   const auto kind = r.get<uint32_t>();
+  const auto updates = r.get<int64_t>();
+  const auto count = r.get<uint32_t>();
+  struct Record {
+    std::string name;
+    int64_t numel;
+    size_t offset;
+  };
+  std::vector<Record> records;
+  for (uint32_t i = 0; i < count; ++i) {
+    const auto len = r.get<uint32_t>();
+    r.need(len);
+    Record rec{bytes.substr(r.pos, len), 0, 0};
+    r.pos += len;
+    rec.numel = r.get<int64_t>();
+    if (rec.numel < 0 || rec.numel > (int64_t(1) << 40))
+      throw std::runtime_error("checkpoint " + path + " is corrupt (tensor '" + rec.name + "' has " +
+                               std::to_string(rec.numel) + " values); delete it or restore a good copy");
+    r.need(size_t(rec.numel) * sizeof(float));
+    rec.offset = r.pos;
+    r.pos += size_t(rec.numel) * sizeof(float);
+    records.push_back(std::move(rec));
+  }
+  r.need(sizeof(uint64_t));
+  uint64_t stored_sum = 0;
+  std::memcpy(&stored_sum, bytes.data() + r.pos, sizeof stored_sum);
+  if (r.pos + sizeof(uint64_t) != bytes.size() || fnv1a(bytes.data(), r.pos) != stored_sum)
+    throw std::runtime_error("checkpoint " + path + " is corrupt (checksum mismatch); delete it or restore a good copy");
+  if (meta.model_hash != model.desc().hash)
+    throw std::runtime_error("checkpoint " + path + " belongs to another model (hash " + model_hash_string(meta.model_hash) +
+                             "; this run trains '" + model.desc().name + "', hash " +
+                             model_hash_string(model.desc().hash) +
+                             "): use another --checkpoint-dir or the model the checkpoint was trained with");
   if (kind != uint32_t(opt.config().kind))
     throw std::runtime_error("checkpoint " + path + " was written with optimizer " +
                              optimizer_kind_name(OptimizerKind(kind)) + ", this run uses " +
                              optimizer_kind_name(opt.config().kind) + ": use the same optimizer to resume");
-  opt.set_updates_applied(r.get<int64_t>());
   const auto tensors = named_tensors(model, opt);
-  const auto count = r.get<uint32_t>();
   if (count != tensors.size())
     throw std::runtime_error("checkpoint " + path + " holds " + std::to_string(count) + " tensors, the model and optimizer need " +
                              std::to_string(tensors.size()));
-  for (const auto& [name, t] : tensors) {
-    std::string stored(r.get<uint32_t>(), '\0');
-    r.get_bytes(stored.data(), stored.size());
-    const auto numel = r.get<int64_t>();
-    if (stored != name || numel != t->numel())
-      throw std::runtime_error("checkpoint " + path + ": tensor '" + stored + "' (" + std::to_string(numel) +
-                               " values) does not match '" + name + "' (" + std::to_string(t->numel()) + ")");
-    r.get_bytes(t->data(), size_t(t->bytes()));
-  }
+  for (size_t i = 0; i < records.size(); ++i)
+    if (records[i].name != tensors[i].first || records[i].numel != tensors[i].second->numel())
+      throw std::runtime_error("checkpoint " + path + ": tensor '" + records[i].name + "' (" +
+                               std::to_string(records[i].numel) + " values) does not match '" + tensors[i].first +
+                               "' (" + std::to_string(tensors[i].second->numel()) + ")");
+  for (size_t i = 0; i < records.size(); ++i)
+    std::memcpy(tensors[i].second->data(), bytes.data() + records[i].offset, size_t(tensors[i].second->bytes()));
+  opt.set_updates_applied(updates);
   return meta;
 }
 

@@ -30,6 +30,16 @@ class OpTimer {
   virtual void record(const std::string& op, double seconds) = 0;
 };
 
+class Layer;
+
+// Told when a leaf layer's backward has finished, i.e. its parameter gradients are final for the
+// step (gradient buckets start their all-reduce from here).
+class BackwardListener {
+ public:
+  virtual ~BackwardListener() = default;
+  virtual void layer_backward_done(Layer& layer) = 0;
+};
+
 // What every layer sees during a step.
 struct StepContext {
   MemoryAccount* memory = nullptr;
@@ -41,6 +51,7 @@ struct StepContext {
   // rounded to `sixteen_bit` ("emulated": the 16-bit numerics at FP32 GEMM speed).
   bool sixteen_bit_native = true;
   OpTimer* timer = nullptr;
+  BackwardListener* backward_listener = nullptr;
 };
 
 class Layer {

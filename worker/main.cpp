@@ -7,6 +7,9 @@
 //                      [--eval-every K] [--eval-limit N] [--checkpoint-dir D] [--checkpoint-every K]
 //                      [--resume] [--summary-json FILE] [--device-class C] [--threads N]
 //                      [--memory-budget MiB] [--log-every N] [--quiet] [--op-times]
+//                      [--metrics-port N] [--job-name S] [--log-json]
+//                      [--rank R] [--world-size N] [--master-addr A] [--master-port P]
+//                      [--bucket-mib X] [--weight-hash-every N] [--collective-timeout SECONDS]
 #include <cstdio>
 #include <cstring>
 #include <functional>
@@ -25,7 +28,10 @@ const char* USAGE =
     "         [--warmup N] [--grad-clip X] [--seed S] [--eval-every K] [--eval-limit N]\n"
     "         [--checkpoint-dir D] [--checkpoint-every K] [--resume] [--summary-json FILE]\n"
     "         [--device-class cpu-amx|cpu-avx512|cpu-avx2] [--threads N] [--memory-budget MiB]\n"
-    "         [--log-every N] [--quiet] [--op-times]\n";
+    "         [--log-every N] [--quiet] [--op-times] [--log-json] [--metrics-port N (0: a free port)]\n"
+    "         [--job-name S] [--rank R] [--world-size N] [--master-addr A] [--master-port P]\n"
+    "         [--bucket-mib X] [--weight-hash-every N] [--collective-timeout SECONDS]\n"
+    "  Data-parallel ranks also read MASTER_ADDR, MASTER_PORT, RANK and WORLD_SIZE (flags win).\n";
 
 int64_t parse_int(const std::string& flag, const std::string& v) {
   size_t used = 0;
@@ -76,6 +82,15 @@ TrainConfig parse_train(int argc, char** argv) {
       {"--threads", [&](const std::string& v) { c.threads = int(parse_int("--threads", v)); }},
       {"--memory-budget", [&](const std::string& v) { c.memory_budget = parse_int("--memory-budget", v) << 20; }},
       {"--log-every", [&](const std::string& v) { c.log_every = parse_int("--log-every", v); }},
+      {"--rank", [&](const std::string& v) { c.rank = int(parse_int("--rank", v)); }},
+      {"--world-size", [&](const std::string& v) { c.world_size = int(parse_int("--world-size", v)); }},
+      {"--master-addr", [&](const std::string& v) { c.master_addr = v; }},
+      {"--master-port", [&](const std::string& v) { c.master_port = int(parse_int("--master-port", v)); }},
+      {"--bucket-mib", [&](const std::string& v) { c.bucket_bytes = int64_t(parse_double("--bucket-mib", v) * (1 << 20)); }},
+      {"--weight-hash-every", [&](const std::string& v) { c.weight_hash_every = parse_int("--weight-hash-every", v); }},
+      {"--collective-timeout", [&](const std::string& v) { c.collective_timeout_seconds = parse_double("--collective-timeout", v); }},
+      {"--metrics-port", [&](const std::string& v) { c.metrics_port = int(parse_int("--metrics-port", v)); }},
+      {"--job-name", [&](const std::string& v) { c.job_name = v; }},
   };
   for (int i = 0; i < argc; ++i) {
     const std::string a = argv[i];
@@ -85,6 +100,8 @@ TrainConfig parse_train(int argc, char** argv) {
       c.quiet = true;
     } else if (a == "--op-times") {
       c.op_times = true;
+    } else if (a == "--log-json") {
+      c.log_json = true;
     } else if (auto it = with_value.find(a); it != with_value.end()) {
       if (i + 1 >= argc) throw std::invalid_argument(a + " needs a value");
       it->second(argv[++i]);

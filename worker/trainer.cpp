@@ -1,29 +1,41 @@
 // File: worker/trainer.cpp
-// The training loop.
+// The training loop of one rank: single-process, or one rank of a synchronous data-parallel job
+// (gradients all-reduced in buckets during backward, FP32 master weights identical everywhere).
 #include "worker/trainer.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
+#include <csignal>
 #include <filesystem>
-#include <numeric>
-
-#include <nlohmann/json.hpp>
+#include <functional>
 
 #include "kernels/device_class.h"
-#include "planner/atomic_file.h"
 #include "worker/checkpoint.h"
+#include "worker/dist/collectives.h"
 #include "worker/loss.h"
 #include "worker/model.h"
 #include "worker/op_time_table.h"
+#include "worker/telemetry.h"
 #include "worker/progress.h"
 #include "worker/train_data.h"
+#include "worker/train_events.h"
 
 namespace qsync {
 namespace {
 
+std::atomic<bool> stop_signal{false};
+extern "C" void on_stop_signal(int) { stop_signal.store(true); }
+
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
 }
 
 Shape batch_shape(const ModelDesc& m, int64_t batch) {
@@ -47,11 +59,68 @@ void set_sixteen_bit(const DeviceClass& c, StepContext& ctx) {
 
 RankPlan load_plan(const TrainConfig& c, const ModelDesc& m) {
   if (!c.plan_path.empty()) {
-    if (!c.precision.empty())
-      throw std::invalid_argument("pass either --plan or --precision, not both");
+    if (!c.precision.empty()) throw std::invalid_argument("pass either --plan or --precision, not both");
     return plan_file_load(c.plan_path, m);
   }
   return plan_uniform(m, c.precision.empty() ? LayerPrecision::FP32 : layer_precision_from_name(c.precision));
+}
+
+RendezvousConfig rendezvous_for(const TrainConfig& c) {
+  RendezvousConfig r = rendezvous_config_from_env();
+  if (c.rank >= 0) r.rank = c.rank;
+  if (c.world_size >= 0) r.world_size = c.world_size;
+  if (c.master_port >= 0) r.master_port = c.master_port;
+  if (!c.master_addr.empty()) r.master_addr = c.master_addr;
+  r.timeout = std::chrono::milliseconds(int64_t(c.collective_timeout_seconds * 1000));
+  if (r.world_size < 1 || r.rank < 0 || r.rank >= r.world_size)
+    throw std::invalid_argument("rank " + std::to_string(r.rank) + " is outside a world of " +
+                                std::to_string(r.world_size) + ": set RANK in [0, WORLD_SIZE)");
+  return r;
+}
+
+// Every rank's local batch: the plan's, or the global batch split evenly (remainder to low ranks).
+std::vector<int64_t> local_batches(const TrainConfig& c, const RankPlan& plan, Collectives& coll) {
+  const int world = coll.world_size(), rank = coll.rank();
+  const int64_t mine = plan.local_batch > 0 ? plan.local_batch : c.batch / world + (rank < c.batch % world ? 1 : 0);
+  if (mine <= 0)
+    throw std::invalid_argument("rank " + std::to_string(rank) + " gets an empty local batch (global batch " +
+                                std::to_string(c.batch) + " over " + std::to_string(world) + " ranks): raise --batch");
+  const uint64_t in = uint64_t(mine);
+  std::vector<uint64_t> all(static_cast<size_t>(world));
+  coll.all_gather(&in, all.data(), 1);
+  return {all.begin(), all.end()};
+}
+
+// Every rank must run the same job: compares a fingerprint of the settings that must agree.
+void check_settings_agree(const TrainConfig& c, const ModelDesc& m, int64_t total_steps, int64_t global_batch,
+                          Collectives& coll) {
+  uint64_t h = m.hash;
+  auto mix = [&h](uint64_t v) { h = (h ^ v) * 1099511628211ull; };
+  mix(uint64_t(total_steps));
+  mix(uint64_t(global_batch));
+  mix(c.seed);
+  mix(uint64_t(c.weight_hash_every));
+  mix(uint64_t(c.optimizer.kind));
+  mix(std::hash<double>{}(c.optimizer.lr));
+  mix(uint64_t(c.bucket_bytes));
+  std::vector<uint64_t> all(static_cast<size_t>(coll.world_size()));
+  coll.all_gather(&h, all.data(), 1);
+  for (size_t r = 1; r < all.size(); ++r)
+    if (all[r] != all[0])
+      throw std::invalid_argument("rank " + std::to_string(r) + " runs other settings than rank 0 (model, steps, batch, "
+                                  "seed, optimizer, lr, bucket size or --weight-hash-every differ): start every rank "
+                                  "with the same job flags");
+}
+
+void check_weights_agree(const Model& model, Collectives& coll, int64_t step) {
+  const uint64_t h = model.weight_hash();
+  std::vector<uint64_t> all(static_cast<size_t>(coll.world_size()));
+  coll.all_gather(&h, all.data(), 1);
+  for (size_t r = 1; r < all.size(); ++r)
+    if (all[r] != all[0])
+      throw std::runtime_error("weights differ across ranks at step " + std::to_string(step) + ": rank " +
+                               std::to_string(r) + " hash " + std::to_string(all[r]) + " vs rank 0 " +
+                               std::to_string(all[0]) + " (a bug: please report it with the plan files)");
 }
 
 std::string plan_summary(const RankPlan& plan, const ModelDesc& m) {
@@ -61,10 +130,9 @@ std::string plan_summary(const RankPlan& plan, const ModelDesc& m) {
   return s;
 }
 
-}  // namespace
-
-static EvalResult evaluate(Model& model, const TrainingData& data, StepContext ctx) {
+EvalResult evaluate(Model& model, const TrainingData& data, StepContext ctx) {
   ctx.training = false;
+  ctx.backward_listener = nullptr;
   EvalResult r;
   double loss_sum = 0, correct = 0, positions = 0;
   std::vector<int32_t> targets;
@@ -72,8 +140,7 @@ static EvalResult evaluate(Model& model, const TrainingData& data, StepContext c
     const int64_t b = data.eval_batch_size(i);
     Tensor x = Tensor::empty(batch_shape(model.desc(), b), Precision::FP32, ctx.memory, "eval batch");
     data.eval_batch(i, x, targets);
-    const Tensor logits = model.forward(x, ctx);
-    const SoftmaxXentResult res = softmax_cross_entropy(logits, targets, 1.0f, ctx.memory);
+    const SoftmaxXentResult res = softmax_cross_entropy(model.forward(x, ctx), targets, 1.0f, ctx.memory);
     loss_sum += res.loss_sum;
     correct += double(res.correct);
     positions += double(targets.size());
@@ -84,6 +151,8 @@ static EvalResult evaluate(Model& model, const TrainingData& data, StepContext c
   return r;
 }
 
+}  // namespace
+
 TrainSummary train_run(const TrainConfig& c) {
   const auto wall0 = std::chrono::steady_clock::now();
   const ModelDesc desc = model_desc_find(c.model);
@@ -93,11 +162,26 @@ TrainSummary train_run(const TrainConfig& c) {
   if (c.batch <= 0) throw std::invalid_argument("--batch must be positive, got " + std::to_string(c.batch));
   const RankPlan plan = load_plan(c, desc);
 
-  MemoryAccount memory(c.memory_budget, "rank 0");
-  Model model(desc, &memory, c.seed);
-  model.apply_plan(plan);
-  auto data = TrainingData::open(desc, c.data, BatchSharding::single(c.batch), c.seed, c.eval_limit);
+  // The world: a rendezvous and Gloo collectives when there is more than one rank.
+  const RendezvousConfig rc = rendezvous_for(c);
+  std::unique_ptr<Rendezvous> rendezvous;
+  std::unique_ptr<Collectives> coll;
+  if (rc.world_size > 1) {
+    rendezvous = std::make_unique<Rendezvous>(rc);
+    coll = collectives_gloo(*rendezvous, rc.timeout);
+  } else {
+    coll = collectives_local();
+  }
+  const int rank = coll->rank(), world = coll->world_size();
+  const std::vector<int64_t> batches = local_batches(c, plan, *coll);
+  const int64_t local_batch = batches[size_t(rank)];
+  int64_t global_batch = 0;
+  for (int64_t b : batches) global_batch += b;
 
+  MemoryAccount memory(c.memory_budget, "rank " + std::to_string(rank));
+  Model model(desc, &memory, c.seed);  // the same seed: the same weights on every rank
+  model.apply_plan(plan);
+  auto data = TrainingData::open(desc, c.data, BatchSharding(batches, rank), c.seed, c.eval_limit);
   const int64_t total_steps =
       c.steps > 0 ? c.steps : std::max<int64_t>(1, int64_t(std::ceil(c.epochs * double(data->steps_per_epoch()))));
   OptimizerConfig oc = c.optimizer;
@@ -107,13 +191,24 @@ TrainSummary train_run(const TrainConfig& c) {
   TrainSummary s;
   s.model = desc.name;
   s.device_class = device.name;
+  s.rank = rank;
+  s.world_size = world;
+  s.local_batch = local_batch;
+  s.global_batch = global_batch;
   s.parameter_count = model.parameter_count();
   s.plan_summary = plan_summary(plan, desc);
-  ProgressReporter progress(!c.quiet && stdout_is_tty(), c.log_every);
-  if (!c.quiet) {
-    progress.message("qsync-worker: " + desc.name + " (" + std::to_string(s.parameter_count) + " parameters) on " +
-                     device.name + ", " + std::to_string(c.threads) + " thread(s); " + data->describe());
-    progress.message("plan: " + s.plan_summary);
+  TrainEvents events(c, rank, world, total_steps);
+  events.start(desc, device, data->describe(), s);
+  std::unique_ptr<WorkerTelemetry> metrics;
+  if (c.metrics_port >= 0) {
+    metrics = std::make_unique<WorkerTelemetry>(
+        WorkerTelemetryConfig{c.metrics_address, c.metrics_port, c.job_name, rank, device.name});
+    std::vector<std::pair<std::string, std::string>> layers;
+    for (const LayerDesc* l : model_gemm_layers(desc))
+      layers.emplace_back(l->name, layer_precision_name(plan.precision_of(l->name)));
+    metrics->set_plan(layers, plan.predicted_step_seconds, local_batch);
+    metrics->set_memory(memory.peak_bytes(), c.memory_budget);
+    events.message("metrics on " + metrics->url());
   }
 
   int64_t step = 0;
@@ -124,107 +219,116 @@ TrainSummary train_run(const TrainConfig& c) {
       const CheckpointMeta meta = checkpoint_load(ckpt, model, opt);
       step = meta.step;
       data->set_position({meta.data_epoch, meta.data_index});
-      if (!c.quiet) progress.message("resumed from " + ckpt + " at step " + std::to_string(step));
-    } else if (!c.quiet) {
-      progress.message("no checkpoint at " + ckpt + ": starting from scratch");
+      events.message("resumed from " + ckpt + " at step " + std::to_string(step));
+    } else {
+      events.message("no checkpoint at " + ckpt + ": starting from scratch");
     }
   }
   s.start_step = step;
-  if (!c.checkpoint_dir.empty()) std::filesystem::create_directories(c.checkpoint_dir);
+  if (!ckpt.empty() && rank == 0) std::filesystem::create_directories(c.checkpoint_dir);
+  if (world > 1) {
+    check_settings_agree(c, desc, total_steps, global_batch, *coll);
+    check_weights_agree(model, *coll, step);
+  }
 
   OpTimeTable op_table;
   StepContext ctx;
   ctx.memory = &memory;
-  if (c.op_times) ctx.timer = &op_table;
   ctx.seed = c.seed;
+  if (c.op_times) ctx.timer = &op_table;
   set_sixteen_bit(device, ctx);
+  std::unique_ptr<GradientSync> sync;
+  if (world > 1) {
+    sync = std::make_unique<GradientSync>(*coll, model.parameters(), c.bucket_bytes);
+    ctx.backward_listener = sync.get();
+  }
   auto save = [&](int64_t done) {
+    if (ckpt.empty() || rank != 0) return;  // weights and data position are the same on every rank
     const LoaderPosition pos = data->position();
     checkpoint_save(ckpt, model, opt, {done, pos.epoch, pos.step, c.seed, desc.hash});
   };
+  stop_signal.store(false);
+  auto previous_int = std::signal(SIGINT, on_stop_signal);
+  auto previous_term = std::signal(SIGTERM, on_stop_signal);
 
-  Tensor x = Tensor::empty(batch_shape(desc, c.batch), Precision::FP32, &memory, "input batch");
+  const double positions_per_sample = double(data->positions_per_sample());
+  const float loss_divisor = float(double(global_batch) * positions_per_sample);  // global mean
+  Tensor x = Tensor::empty(batch_shape(desc, local_batch), Precision::FP32, &memory, "input batch");
   std::vector<int32_t> targets;
-  std::vector<double> step_seconds;
-  double correct_window = 0, positions_window = 0;
-  for (; step < total_steps; ++step) {
-    data->next(x, targets);
-    const auto t0 = std::chrono::steady_clock::now();
-    ctx.step = step;
-    ctx.training = true;
-    model.zero_grad();
-    const Tensor logits = model.forward(x, ctx);
-    const SoftmaxXentResult res =
-        softmax_cross_entropy(logits, targets, float(targets.size()), &memory);
-    model.backward(res.dlogits, ctx);
-    opt.step(step);
-    step_seconds.push_back(seconds_since(t0));
-    s.losses.push_back(res.loss);
-    s.final_train_loss = res.loss;
-    correct_window += double(res.correct);
-    positions_window += double(targets.size());
-    const double elapsed = std::accumulate(step_seconds.begin(), step_seconds.end(), 0.0);
-    const double sps = double(c.batch) * double(step_seconds.size()) / elapsed;
-    if (!c.quiet)
-      progress.step(step + 1, total_steps, res.loss, correct_window / positions_window, sps,
-                    elapsed / double(step_seconds.size()) * double(total_steps - step - 1));
-    if ((step + 1) % std::max<int64_t>(1, c.log_every) == 0) correct_window = positions_window = 0;
-    if (c.eval_every > 0 && (step + 1) % c.eval_every == 0 && step + 1 < total_steps && !c.quiet) {
-      const EvalResult e = evaluate(model, *data, ctx);
-      progress.message("eval at step " + std::to_string(step + 1) + ": loss " + std::to_string(e.loss) +
-                       ", accuracy " + std::to_string(e.accuracy * 100.0) + "%");
+  std::vector<double> step_seconds, compute_seconds, wait_seconds, allreduce_seconds;
+  try {
+    for (; step < total_steps; ++step) {
+      data->next(x, targets);
+      const auto t0 = std::chrono::steady_clock::now();
+      ctx.step = step;
+      ctx.training = true;
+      model.zero_grad();
+      if (sync) sync->begin_step();
+      const SoftmaxXentResult res = softmax_cross_entropy(model.forward(x, ctx), targets, loss_divisor, &memory);
+      model.backward(res.dlogits, ctx);
+      const double compute = seconds_since(t0);
+      if (sync) sync->finish_step();
+      opt.step(step);
+      // One small all-reduce: the global loss and accuracy, and whether any rank was asked to stop.
+      double stats[4] = {res.loss_sum, double(res.correct), double(targets.size()), stop_signal.load() ? 1.0 : 0.0};
+      coll->all_reduce_sum(stats, 4);
+      step_seconds.push_back(seconds_since(t0));
+      compute_seconds.push_back(compute);
+      wait_seconds.push_back(sync ? sync->last_wait_seconds() : 0.0);
+      allreduce_seconds.push_back(sync ? sync->last_allreduce_seconds() : 0.0);
+      const double loss = stats[0] / stats[2];
+      s.losses.push_back(loss);
+      s.final_train_loss = loss;
+      events.step(step + 1, loss, stats[1] / stats[2], step_seconds.back(), compute, wait_seconds.back(),
+                  allreduce_seconds.back(), double(global_batch));
+      if (metrics) {
+        metrics->record_step(step_seconds.back(), compute, wait_seconds.back(), allreduce_seconds.back(), loss, local_batch);
+        metrics->set_memory(memory.peak_bytes(), c.memory_budget);
+      }
+      if (c.weight_hash_every > 0 && world > 1 && (step + 1) % c.weight_hash_every == 0)
+        check_weights_agree(model, *coll, step + 1);
+      if (rank == 0 && c.eval_every > 0 && (step + 1) % c.eval_every == 0 && step + 1 < total_steps) {
+        const EvalResult e = evaluate(model, *data, ctx);
+        events.eval(step + 1, e);
+      }
+      if (c.checkpoint_every > 0 && (step + 1) % c.checkpoint_every == 0) save(step + 1);
+      if (stats[3] > 0) {
+        s.stopped_early = true;
+        ++step;
+        events.message("stop requested: checkpointing at step " + std::to_string(step) + " and exiting");
+        break;
+      }
     }
-    if (!ckpt.empty() && c.checkpoint_every > 0 && (step + 1) % c.checkpoint_every == 0) save(step + 1);
+  } catch (...) {
+    std::signal(SIGINT, previous_int);
+    std::signal(SIGTERM, previous_term);
+    throw;
   }
-  if (!ckpt.empty()) save(step);
+  std::signal(SIGINT, previous_int);
+  std::signal(SIGTERM, previous_term);
+  save(step);
   s.steps = step;
   s.peak_memory_bytes = memory.peak_bytes();
+  s.weight_hash = model.weight_hash();
+  if (c.op_times) events.message("time per op (training steps of this run):\n" + op_table.format(s.steps - s.start_step));
 
-  if (c.op_times) progress.message("time per op (training steps of this run):\n" + op_table.format(s.steps - s.start_step));
   ctx.timer = nullptr;
-  const EvalResult e = evaluate(model, *data, ctx);
-  s.final_test_loss = e.loss;
-  s.final_test_accuracy = e.accuracy;
-  s.final_perplexity = desc.task == ModelTask::LANGUAGE_MODEL ? std::exp(e.loss) : 0.0;
-  if (!step_seconds.empty()) {
-    std::vector<double> sorted = step_seconds;
-    std::sort(sorted.begin(), sorted.end());
-    s.median_step_seconds = sorted[sorted.size() / 2];
-    s.samples_per_second = double(c.batch) / s.median_step_seconds;
+  if (rank == 0 && !s.stopped_early) {
+    const EvalResult e = evaluate(model, *data, ctx);
+    s.final_test_loss = e.loss;
+    s.final_test_accuracy = e.accuracy;
+    s.final_perplexity = desc.task == ModelTask::LANGUAGE_MODEL ? std::exp(e.loss) : 0.0;
+    if (metrics) metrics->set_test_accuracy(e.accuracy);
   }
+  s.median_step_seconds = median(step_seconds);
+  s.median_compute_seconds = median(compute_seconds);
+  s.median_wait_seconds = median(wait_seconds);
+  s.median_allreduce_seconds = median(allreduce_seconds);
+  s.samples_per_second = s.median_step_seconds > 0 ? double(global_batch) / s.median_step_seconds : 0;
   s.wall_seconds = seconds_since(wall0);
-  if (!c.quiet) {
-    char buf[256];
-    std::snprintf(buf, sizeof buf,
-                  "done: %lld steps, train loss %.4f, test loss %.4f, test accuracy %.2f%%, median step %.1f ms, "
-                  "%.0f samples/s, peak memory %s",
-                  (long long)s.steps, s.final_train_loss, s.final_test_loss, s.final_test_accuracy * 100.0,
-                  s.median_step_seconds * 1e3, s.samples_per_second, format_mib(s.peak_memory_bytes).c_str());
-    progress.message(buf);
-  }
+  events.done(s);
   if (!c.summary_json.empty()) train_summary_write_json(s, c.summary_json);
   return s;
-}
-
-void train_summary_write_json(const TrainSummary& s, const std::string& path) {
-  nlohmann::json j = {
-      {"model", s.model},
-      {"device_class", s.device_class},
-      {"steps", s.steps},
-      {"start_step", s.start_step},
-      {"final_train_loss", s.final_train_loss},
-      {"final_test_loss", s.final_test_loss},
-      {"final_test_accuracy", s.final_test_accuracy},
-      {"final_perplexity", s.final_perplexity},
-      {"samples_per_second", s.samples_per_second},
-      {"median_step_seconds", s.median_step_seconds},
-      {"wall_seconds", s.wall_seconds},
-      {"peak_memory_bytes", s.peak_memory_bytes},
-      {"parameter_count", s.parameter_count},
-      {"plan", s.plan_summary},
-      {"losses", s.losses},
-  };
-  atomic_file_write(path, j.dump(2) + "\n");
 }
 
 }  // namespace qsync

@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "worker/dist/gradient_sync.h"
+#include "worker/dist/rendezvous.h"
 #include "worker/optimizer.h"
 
 namespace qsync {
@@ -34,6 +36,19 @@ struct TrainConfig {
   int64_t log_every = 50;
   bool quiet = false;
   bool op_times = false;  // print where a step's time goes, per op, at the end
+  bool log_json = false;  // progress as JSON lines (one per step and rank), for `qsync run`
+  std::string metrics_address = "127.0.0.1";
+  int metrics_port = -1;  // -1: no metrics endpoint
+  std::string job_name = "local";
+
+  // Data parallelism. The world comes from MASTER_ADDR / MASTER_PORT / RANK / WORLD_SIZE; these
+  // override the environment when set (>= 0 / non-empty). `batch` is the global batch, split
+  // evenly unless the plan gives this rank's local batch.
+  int rank = -1, world_size = -1, master_port = -1;
+  std::string master_addr;
+  int64_t bucket_bytes = DEFAULT_BUCKET_BYTES;
+  int64_t weight_hash_every = 0;     // debug: compare a weight hash across ranks every N steps
+  double collective_timeout_seconds = 60;
 };
 
 struct EvalResult {
@@ -43,6 +58,11 @@ struct EvalResult {
 
 struct TrainSummary {
   std::string model, device_class;
+  int rank = 0, world_size = 1;
+  int64_t local_batch = 0, global_batch = 0;
+  double median_compute_seconds = 0, median_wait_seconds = 0, median_allreduce_seconds = 0;
+  bool stopped_early = false;  // a signal asked the job to checkpoint and stop
+  uint64_t weight_hash = 0;    // of the final weights: equal on every rank of a job
   int64_t steps = 0, start_step = 0;
   double final_train_loss = 0, final_test_loss = 0, final_test_accuracy = 0, final_perplexity = 0;
   double samples_per_second = 0, median_step_seconds = 0, wall_seconds = 0;
@@ -51,6 +71,8 @@ struct TrainSummary {
   std::string plan_summary;    // "conv1=int8 conv2=fp32 ..."
 };
 
+// Trains; in a data-parallel job every rank calls this with its own rank. Throws on bad input,
+// and CollectiveError when a peer rank fails (within the collective timeout).
 TrainSummary train_run(const TrainConfig& config);
 // Writes the summary JSON (fields: final_test_accuracy, final_train_loss, steps,
 // samples_per_second, median_step_seconds, peak_memory_bytes, ...).

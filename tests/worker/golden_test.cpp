@@ -13,7 +13,8 @@
 // File format (little-endian; see tools/make_golden.py for the writer):
 //   u32 magic 20261129, u32 version 1, u32 P (parameters), u32 S (training steps)
 //   string model (u32 length + bytes: the zoo name), u32 B (batch)
-//   tensor input (B, C, H, W), i32 labels[B], tensor logits (B, classes), f32 loss
+//   tensor input (B, C, H, W) (or (B, T) token ids), u32 N, i32 labels[N] (N = B class ids or B*T
+//   next tokens), tensor logits (B, classes) (or (B, T, vocab)), f32 loss (mean over N)
 //   P tensors: parameters (engine names, shapes, order); P tensors: their gradients
 //   f32 lr, f32 losses[S] (PyTorch's loss at each SGD step, before its update)
 // tensor: string name, u32 rank, i64 dims[rank], u32 encoding, then
@@ -22,7 +23,7 @@
 //   2 SAMPLE  u64 stride, f32 max_abs, f64 l2 (whole tensor), f32 values at 0, stride, 2 stride ...
 //
 // Tolerances. Both sides compute in FP32 but sum in different orders (oneDNN GEMM blocking,
-// im2col vs direct convolution, serial vs vectorized reductions), so they agree to a few FP32
+// im2col vs PyTorch's convolution kernels, serial vs vectorized reductions), so they agree to a few FP32
 // ulps times the depth of the sums, not bit for bit. An error is max |ours - torch| over the
 // tensor relative to the tensor's max |torch| (an elementwise relative error is meaningless for
 // entries that are ~0 by cancellation). Measured on x86-64 (oneDNN at AVX-512, AVX2 and SSE4.1,
@@ -35,7 +36,7 @@
 //   SGD losses    5.5e-7    tolerance 2e-5 relative (the trajectories drift by per-step rounding)
 // The tolerances keep a 20-40x margin for other CPUs and stay tight enough to catch real
 // semantic slips: GELU's tanh approximation instead of the exact erf form moves the ViT's logits
-// by 8e-5 and its gradients by 4e-4 (so the looser 1e-4 / 1e-3 of llm.c's test would miss it);
+// by 8e-5 and its gradients by 4e-4 (looser bounds such as 1e-4 / 1e-3 would miss it);
 // a LayerNorm eps of 1e-3 instead of 1e-5 moves the gradients by 1e-2. The measured errors are
 // printed; a failure names the tensor.
 #include <gtest/gtest.h>
@@ -170,7 +171,9 @@ Golden golden_load(const std::string& model) {
   g.model = r.string("model name");
   g.batch = r.get<uint32_t>("batch");
   g.input = r.tensor("input");
-  g.labels = r.array<int32_t>(size_t(g.batch), "labels");
+  const uint32_t labels = r.get<uint32_t>("label count");
+  if (labels > (1u << 24)) r.fail("implausible label count " + std::to_string(labels));
+  g.labels = r.array<int32_t>(labels, "labels");
   g.logits = r.tensor("logits");
   g.loss = r.get<float>("loss");
   for (uint32_t i = 0; i < params; ++i) g.params.push_back(r.tensor("parameter " + std::to_string(i)));
@@ -198,7 +201,7 @@ void copy_parameters(Model& model, const Golden& g) {
   for (Parameter* p : model.parameters()) {
     ours += " " + p->name;
     auto it = by_name.find(p->name);
-    ASSERT_NE(it, by_name.end()) << "model '" << g.model << "': parameter '" << p->name
+    ASSERT_TRUE(it != by_name.end()) << "model '" << g.model << "': parameter '" << p->name
                                  << "' is not in the golden file (engine and tools/torch_models.py disagree)";
     ASSERT_EQ(it->second->shape, p->value.shape())
         << "parameter '" << p->name << "': golden shape " << shape_string(it->second->shape) << ", engine "
@@ -254,7 +257,7 @@ TEST_P(GoldenTest, ForwardBackwardMatchPyTorch) {
   ctx.training = true;  // the zoo's cnn and vit have no dropout
   run.model.zero_grad();
   const Tensor logits = run.model.forward(tensor_of(g.input), ctx);
-  const SoftmaxXentResult xent = softmax_cross_entropy(logits, g.labels, float(g.batch), &run.memory);
+  const SoftmaxXentResult xent = softmax_cross_entropy(logits, g.labels, float(g.labels.size()), &run.memory);
   run.model.backward(xent.dlogits, ctx);
 
   const double logits_err = max_error(g.logits, logits);
@@ -269,7 +272,7 @@ TEST_P(GoldenTest, ForwardBackwardMatchPyTorch) {
   double worst = 0.0;
   for (const GoldenTensor& grad : g.grads) {
     auto it = ours.find(grad.name);
-    ASSERT_NE(it, ours.end()) << "gradient of unknown parameter '" << grad.name << "'";
+    ASSERT_TRUE(it != ours.end()) << "gradient of unknown parameter '" << grad.name << "'";
     double norm_err = 0.0;
     const double err = max_error(grad, it->second->grad, &norm_err);
     worst = std::max(worst, err);
@@ -300,7 +303,7 @@ TEST_P(GoldenTest, SgdLossesMatchPyTorch) {
     ctx.step = int64_t(step);
     run.model.zero_grad();
     const Tensor logits = run.model.forward(x, ctx);
-    const SoftmaxXentResult xent = softmax_cross_entropy(logits, g.labels, float(g.batch), &run.memory);
+    const SoftmaxXentResult xent = softmax_cross_entropy(logits, g.labels, float(g.labels.size()), &run.memory);
     run.model.backward(xent.dlogits, ctx);
     sgd.step(int64_t(step));
     const double want = g.losses[step];

@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <stdexcept>
+#include <string_view>
 
 #include "worker/layers/shape_check.h"
 
@@ -15,14 +16,19 @@ bool is_container(const Layer& l) {
   return l.desc().kind == LayerKind::SEQUENTIAL || l.desc().kind == LayerKind::RESIDUAL;
 }
 
-// Runs f, recording its seconds as "<layer>.<phase>" when a timer is set and `layer` is a leaf.
+// Runs f, recording its seconds as "<layer>.<phase>" when a timer is set and `layer` is a leaf;
+// after a leaf's backward, tells the backward listener.
 template <class F>
 Tensor timed(Layer& layer, const char* phase, StepContext& ctx, F&& f) {
-  if (ctx.timer == nullptr || is_container(layer)) return f();
+  if (is_container(layer)) return f();
   const auto t0 = std::chrono::steady_clock::now();
   Tensor out = f();
-  const std::chrono::duration<double> dt = std::chrono::steady_clock::now() - t0;
-  ctx.timer->record(layer.name() + "." + phase, dt.count());
+  if (ctx.timer != nullptr) {
+    const std::chrono::duration<double> dt = std::chrono::steady_clock::now() - t0;
+    ctx.timer->record(layer.name() + "." + phase, dt.count());
+  }
+  if (ctx.backward_listener != nullptr && std::string_view(phase) == "backward")
+    ctx.backward_listener->layer_backward_done(layer);
   return out;
 }
 

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 
 #include "tests/worker/gradient_check.h"
 #include "tests/worker/layers/gemm_test_support.h"
@@ -19,8 +20,10 @@ struct Config {
 };
 
 std::string describe(const Config& g) {
-  return "B" + std::to_string(g.batch) + " T" + std::to_string(g.t) + " C" + std::to_string(g.c) + " H" +
-         std::to_string(g.heads) + (g.causal ? " causal" : "");
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "B%lld T%lld C%lld H%lld%s", (long long)g.batch, (long long)g.t, (long long)g.c,
+                (long long)g.heads, g.causal ? " causal" : "");
+  return buf;
 }
 
 // Head sizes 6, 3 and 2; T = 5 (and 1: a single position attends to itself only).
@@ -45,7 +48,7 @@ std::vector<double> naive_attention(const Config& g, const float* x, const std::
     for (int64_t h = 0; h < g.heads; ++h)
       for (int64_t t = 0; t < T; ++t) {
         const int64_t visible = g.causal ? t + 1 : T;
-        std::vector<double> a(size_t(visible));
+        std::vector<double> a(static_cast<size_t>(visible));
         for (int64_t u = 0; u < visible; ++u) {
           double s = 0;
           for (int64_t i = 0; i < hs; ++i) s += qkv[size_t(t * 3 * C + h * hs + i)] * qkv[size_t(u * 3 * C + C + h * hs + i)];
@@ -153,6 +156,17 @@ class AttentionPrecision : public ::testing::TestWithParam<LayerPrecision> {};
 // output errs by the proj GEMM's own error plus the qkv GEMM's error carried through (linearly
 // via v; q and k errors move the O(1) scores by ~1e-2, which softmax damps): about sqrt(2) times
 // the single-GEMM error, so the single-GEMM bounds (gemm_test_support.h) are scaled by 1.5.
+// int8-all is the exception: qkv's output gradient dqkv is quantized per tensor, and it is far
+// from Gaussian (its q and k thirds are ~4x smaller than the v third, and dv at early causal
+// positions sums the gradients of every later one): amax / rms ~ 11 (measured) instead of ~4,
+// so the stochastic-rounding error is 11 / (qmax sqrt(6)) = 3.6% at 127 and 7.3% at 63, plus
+// the proj backward's error carried in (<= 2.7%): ~7.8% for dx and qkv's dW. Bound 15%.
+ErrorBounds attention_bounds(LayerPrecision p) {
+  const ErrorBounds b = precision_error_bounds(p);
+  if (p == LayerPrecision::INT8_ALL) return {1.5 * b.y, 0.15, 0.15};
+  return {1.5 * b.y, 1.5 * b.dx, 1.5 * b.dw};
+}
+
 TEST_P(AttentionPrecision, ErrorsAgainstFp32WithinBounds) {
   activate_test_device_class();
   const LayerPrecision p = GetParam();
@@ -161,15 +175,17 @@ TEST_P(AttentionPrecision, ErrorsAgainstFp32WithinBounds) {
   AttentionLayer attn(attention_desc("attn", T, C, 4, true), nullptr);
   attn.init_parameters(rng);
   Tensor x = normal_tensor({B, T, C}, rng), dy = normal_tensor({B, T, C}, rng);
-  const PrecisionErrors e = measure_precision_errors(attn, p, x, dy);
-  print_precision_errors("attention", p, e, parameters_of(attn));
-  const ErrorBounds b = precision_error_bounds(p);
-  EXPECT_LE(e.y, 1.5 * b.y);
-  EXPECT_LE(e.dx, 1.5 * b.dx);
-  EXPECT_LE(e.grads[0], 1.5 * b.dw) << "qkv.weight";
-  EXPECT_LE(e.grads[2], 1.5 * b.dw) << "proj.weight";
-  EXPECT_EQ(e.grads[3], 0.0) << "proj.bias is summed from the FP32 dy";
-  EXPECT_GT(e.y, 0.0) << "the precision changed nothing: was it applied?";
+  for (const StepContext& ctx : backward_contexts(p)) {
+    const PrecisionErrors e = measure_precision_errors(attn, p, x, dy, ctx);
+    print_precision_errors("attention", p, ctx, e, parameters_of(attn));
+    const ErrorBounds b = attention_bounds(p);
+    EXPECT_LE(e.y, b.y);
+    EXPECT_LE(e.dx, b.dx);
+    EXPECT_LE(e.grads[0], b.dw) << "qkv.weight";
+    EXPECT_LE(e.grads[2], b.dw) << "proj.weight";
+    EXPECT_EQ(e.grads[3], 0.0) << "proj.bias is summed from the FP32 dy";
+    EXPECT_GT(e.y, 0.0) << "the precision changed nothing: was it applied?";
+  }
 }
 
 // Saved state: both projections' (see linear_test), the qkv activations (B, T, 3C) and the

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 
 #include "tests/worker/gradient_check.h"
 #include "tests/worker/layers/gemm_test_support.h"
@@ -20,9 +21,11 @@ struct Geometry {
 };
 
 std::string describe(const Geometry& g) {
-  return "B" + std::to_string(g.batch) + " C" + std::to_string(g.c) + " " + std::to_string(g.h) + "x" +
-         std::to_string(g.w) + " O" + std::to_string(g.o) + " k" + std::to_string(g.k) + " s" +
-         std::to_string(g.stride) + " p" + std::to_string(g.pad) + (g.bias ? "" : " no bias");
+  char buf[96];
+  std::snprintf(buf, sizeof buf, "B%lld C%lld %lldx%lld O%lld k%lld s%lld p%lld%s", (long long)g.batch, (long long)g.c,
+                (long long)g.h, (long long)g.w, (long long)g.o, (long long)g.k, (long long)g.stride, (long long)g.pad,
+                g.bias ? "" : " no bias");
+  return buf;
 }
 
 LayerDesc desc_of(const Geometry& g) { return conv_desc("conv", g.c, g.h, g.w, g.o, g.k, g.stride, g.pad, g.bias); }
@@ -152,14 +155,16 @@ TEST_P(Conv2dPrecision, ErrorsAgainstFp32WithinBounds) {
   Conv2dLayer conv(desc_of(g), nullptr);
   conv.init_parameters(rng);
   Tensor x = normal_tensor({g.batch, g.c, g.h, g.w}, rng), dy = normal_tensor({g.batch, g.o, g.h, g.w}, rng);
-  const PrecisionErrors e = measure_precision_errors(conv, p, x, dy);
-  print_precision_errors("conv2d", p, e, parameters_of(conv));
-  const ErrorBounds b = precision_error_bounds(p);
-  EXPECT_LE(e.y, b.y);
-  EXPECT_LE(e.dx, b.dx);
-  EXPECT_LE(e.grads[0], b.dw);
-  EXPECT_EQ(e.grads[1], 0.0) << "bias gradient";
-  EXPECT_GT(e.y, 0.0) << "the precision changed nothing: was it applied?";
+  for (const StepContext& ctx : backward_contexts(p)) {
+    const PrecisionErrors e = measure_precision_errors(conv, p, x, dy, ctx);
+    print_precision_errors("conv2d", p, ctx, e, parameters_of(conv));
+    const ErrorBounds b = precision_error_bounds(p);
+    EXPECT_LE(e.y, b.y);
+    EXPECT_LE(e.dx, b.dx);
+    EXPECT_LE(e.grads[0], b.dw);
+    EXPECT_EQ(e.grads[1], 0.0) << "bias gradient";
+    EXPECT_GT(e.y, 0.0) << "the precision changed nothing: was it applied?";
+  }
 }
 
 // Saved bytes: x (B, C, H, W) in the forward precision plus the weight copy (O, C k^2) when it

@@ -1,0 +1,557 @@
+#!/usr/bin/python3
+"""bench/worker_bench.py: QSync's training worker against PyTorch on the CPU, per zoo model.
+
+What it measures
+  For every zoo model (mlp, cnn, vit at batch 128; char-gpt at batch 32 by default, 64-token
+  contexts) and T threads (1 by default):
+
+  ours     for each CPU device class (cpu-amx, cpu-avx512, cpu-avx2) that runs on this CPU, and
+           each precision (fp32, bf16, int8; --extra adds int8-all and fp8), one process of
+             qsync-worker train --model M --precision P --device-class C --threads T --batch B
+                            --steps W+S --eval-limit 10 --quiet --summary-json F
+                            [--log-json --log-every 1]
+           recording the median step time of the last S steps (from the per-step JSON lines; a
+           worker without --log-json gives only its median over all W+S steps, which is used
+           then), peak_memory_bytes (the worker's accounted tensor bytes) and the process's peak
+           RSS. A class the CPU lacks (cpu-amx on a
+           CPU without AMX) is not run: the worker refuses it and names the class it would fall
+           back to, which is already a row of its own.
+  PyTorch  the same model built by tools/torch_models.py, the same batch, random inputs of the
+           right shape (token ids for char-gpt), cross-entropy, AdamW (lr 1e-3, no weight decay,
+           as the worker's defaults), torch.set_num_threads(T) (and OMP/OpenBLAS thread counts of
+           T: Debian's torch does FP32 GEMMs in OpenBLAS), in FP32 and with BF16 autocast
+           (torch.autocast('cpu', dtype=torch.bfloat16)); W warm-up steps, then the median of S
+           timed steps; each configuration in its own process, for its peak RSS.
+           OpenBLAS: it picks its kernels from the CPU model, and on a virtual CPU that reports a
+           generic model ("Intel Xeon Processor") it falls back to Prescott (SSE3) kernels, about
+           6x slower than its AVX-512 ones. By default (--openblas-coretype auto) the PyTorch
+           children get OPENBLAS_CORETYPE from /proc/cpuinfo (Cooperlake with avx512_bf16,
+           SkylakeX with avx512f, Haswell with avx2), so torch's FP32 is at its best here;
+           --openblas-coretype none measures torch as installed. The core OpenBLAS used is
+           recorded (torch.openblas_core in the JSON).
+  A step is the same work on both sides: zero grads, forward, loss, backward, optimizer step
+  (the input batch is ready before the clock starts).
+
+  Memory: "accounted" is the worker's own tensor accounting (weights, gradients, optimizer
+  state, activations, workspaces). RSS is the whole process (for the worker this includes the
+  training set it loads, e.g. Fashion-MNIST; for PyTorch, the ~100+ MiB of the torch library,
+  reported separately as the RSS before the first step).
+
+  BF16: the comparison with torch's BF16 autocast uses our bf16 on the class where BF16 is
+  native (cpu-amx: oneDNN uncapped). On a CPU without AMX no class of ours runs BF16 natively:
+  cpu-avx512 caps oneDNN at AVX-512 VNNI, without the BF16 instructions, and our GEMM backend
+  then decodes BF16 to FP32 (exact) and runs the FP32 kernel. The comparison then uses the
+  strongest available class, and the output says so. PyTorch's oneDNN is not capped, so its
+  BF16 is native wherever the CPU has avx512_bf16.
+
+How to run (PyTorch is importable only with Debian's /usr/bin/python3)
+  /usr/bin/python3 bench/worker_bench.py                 # full: ~10 minutes at 1 thread
+  /usr/bin/python3 bench/worker_bench.py --quick         # smoke test: mlp + cnn, few steps
+  /usr/bin/python3 bench/worker_bench.py --threads 2 --models cnn,vit --json /tmp/b.json
+  /usr/bin/python3 bench/worker_bench.py --op-times      # plus a per-op breakdown of each of our runs
+Options: see --help. Results go to --json (default build/results/worker_bench.json). Timings
+are noisy on a shared machine: the load average before and after the run is recorded; use
+--repeats N to keep the best of N medians per configuration.
+This is a benchmark, not a test: it asserts nothing about speed.
+"""
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ZOO = ["mlp", "cnn", "vit", "char-gpt"]
+CLASSES = ["cpu-amx", "cpu-avx512", "cpu-avx2"]
+PRECISIONS = ["fp32", "bf16", "int8"]
+EXTRA_PRECISIONS = ["int8-all", "fp8"]
+# The /proc/cpuinfo flags each class needs (kernels/device_class.cpp, kernels/cpu_isa.h).
+CLASS_FLAGS = {"cpu-amx": ["amx_tile", "avx512_bf16", "avx512_vnni"], "cpu-avx512": ["avx512f", "avx512_vnni"],
+               "cpu-avx2": ["avx2"]}
+# The class whose BF16 GEMMs are native (oneDNN uncapped); the others emulate BF16.
+BF16_NATIVE_CLASS = "cpu-amx"
+MIB = 1 << 20
+
+
+# ------------------------------------------------------------------------------------------------
+# Processes
+
+
+def run_measured(cmd, env=None, timeout=None):
+    """Runs `cmd` to completion; returns (returncode, stdout, stderr, peak RSS in bytes of that
+    process). The RSS comes from os.wait4 on the child itself, so every run is measured alone."""
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=err, env=env)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+            if pid == proc.pid:
+                break
+            if deadline is not None and time.monotonic() > deadline:
+                proc.kill()
+                pid, status, usage = os.wait4(proc.pid, 0)
+                break
+            time.sleep(0.02)
+        proc.returncode = os.waitstatus_to_exitcode(status)  # reaped here: keep Popen from waiting
+        out.seek(0)
+        err.seek(0)
+        return (proc.returncode, out.read().decode(errors="replace"), err.read().decode(errors="replace"),
+                usage.ru_maxrss * 1024)  # Linux reports KiB
+
+
+def thread_env(threads, openblas_coretype=""):
+    """The environment for a child: OpenMP and OpenBLAS thread counts pinned to `threads`, and
+    OPENBLAS_CORETYPE when given."""
+    env = dict(os.environ)
+    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        env[var] = str(threads)
+    if openblas_coretype:
+        env["OPENBLAS_CORETYPE"] = openblas_coretype
+    return env
+
+
+def openblas_coretype_for(flags):
+    """The OpenBLAS core for this CPU's flags (what OpenBLAS would pick on a CPU that reported its
+    real model), or "" to leave OpenBLAS's own detection."""
+    if "avx512_bf16" in flags:
+        return "Cooperlake"
+    if "avx512f" in flags:
+        return "SkylakeX"
+    if "avx2" in flags:
+        return "Haswell"
+    return ""
+
+
+def cpu_flags():
+    """The CPU's feature flags from /proc/cpuinfo (empty set when unreadable)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
+def load_average():
+    """(1, 5, 15)-minute load averages, or None."""
+    try:
+        return list(os.getloadavg())
+    except OSError:
+        return None
+
+
+# ------------------------------------------------------------------------------------------------
+# Ours
+
+
+def worker_has_log_json(worker):
+    """Whether this worker build logs per-step JSON (--log-json), which gives per-step times."""
+    try:
+        usage = subprocess.run([worker, "--help"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return "--log-json" in usage
+
+
+def worker_run(args, model, cls, precision, batch, op_times=False):
+    """One qsync-worker training run of W + S steps. Returns a result dict; 'status' is 'ok',
+    'unavailable' (the class does not run on this CPU; 'note' says why and what it would fall back
+    to) or 'error'. With per-step JSON (args.log_json), median_step_seconds is the median of the
+    last S steps (the first W are warm-up, as on the PyTorch side), and median_compute_seconds the
+    same for zero_grad + forward + loss + backward (the rest of a step is the optimizer);
+    otherwise it is the worker's own median over all W + S steps."""
+    with tempfile.TemporaryDirectory() as tmp:
+        summary = os.path.join(tmp, "summary.json")
+        cmd = [args.worker, "train", "--model", model, "--precision", precision, "--device-class", cls,
+               "--threads", str(args.threads), "--batch", str(batch), "--steps", str(args.warmup + args.steps),
+               "--eval-limit", "10", "--summary-json", summary]
+        if model == "char-gpt":
+            cmd += ["--data", args.data]
+        elif args.image_data:
+            cmd += ["--data", args.image_data]
+        if op_times:  # --quiet would hide the table
+            cmd += ["--op-times", "--log-every", "1000000000"]
+        elif args.log_json:
+            cmd += ["--quiet", "--log-json", "--log-every", "1"]
+        else:
+            cmd.append("--quiet")
+        rc, out, err, rss = run_measured(cmd, env=thread_env(args.threads), timeout=args.timeout)
+        text = (out + err).strip()
+        if rc != 0:
+            status = "unavailable" if "cannot run as" in text else "error"
+            return {"status": status, "note": text.splitlines()[-1] if text else "exit %d" % rc, "command": cmd}
+        with open(summary) as f:
+            s = json.load(f)
+    r = {"status": "ok", "command": cmd, "device_class_run": s.get("device_class"),
+         "median_step_seconds": s["median_step_seconds"], "worker_median_step_seconds": s["median_step_seconds"],
+         "median_compute_seconds": s.get("median_compute_seconds"), "timed_steps": "all",
+         "peak_memory_bytes": s["peak_memory_bytes"], "peak_rss_bytes": rss,
+         "final_train_loss": s.get("final_train_loss"), "plan": s.get("plan"), "steps": s.get("steps")}
+    if op_times:
+        r["op_times"] = text
+        return r
+    steps = []
+    for line in out.splitlines():
+        try:
+            event = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(event, dict) and event.get("event") == "step":
+            steps.append(event)
+    timed = steps[args.warmup:]
+    if timed and all("step_seconds" in e and "compute_seconds" in e for e in timed):
+        r["step_seconds"] = [e["step_seconds"] for e in timed]
+        r["median_step_seconds"] = statistics.median(r["step_seconds"])
+        r["median_compute_seconds"] = statistics.median(e["compute_seconds"] for e in timed)
+        r["timed_steps"] = "after %d warm-up" % args.warmup
+    return r
+
+
+def best_of(runs):
+    """The run with the smallest median step among successful ones (or the first failure)."""
+    ok = [r for r in runs if r.get("status") == "ok"]
+    if not ok:
+        return runs[0]
+    best = dict(min(ok, key=lambda r: r["median_step_seconds"]))
+    best["repeat_medians"] = [r["median_step_seconds"] for r in ok]
+    best["peak_rss_bytes"] = max(r["peak_rss_bytes"] for r in ok)
+    return best
+
+
+# ------------------------------------------------------------------------------------------------
+# PyTorch (each configuration runs in a child: this script with --torch-child)
+
+
+def read_status_kib(field):
+    """A field of /proc/self/status (VmRSS, VmHWM) in bytes, or None."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+def torch_child(model_name, mode, batch, steps, warmup, threads):
+    """Runs in the child process: trains `model_name` on a fixed random batch and prints one JSON
+    line {median_step_seconds, step_seconds, rss_before_bytes, ...}. mode: fp32 or bf16-autocast."""
+    import torch  # only here: the parent needs no torch
+
+    sys.path.insert(0, os.path.join(REPO, "tools"))
+    import torch_models
+
+    torch.manual_seed(1)
+    torch.set_num_threads(threads)
+    module, _ = torch_models.build_torch_model(model_name)
+    module.train()
+    if module.input_kind == "tokens":
+        x = torch.randint(0, module.vocab, (batch, module.input_shape[0]))
+        y = torch.randint(0, module.vocab, (batch, module.input_shape[0]))
+    else:
+        x = torch.randn(batch, *module.input_shape)
+        y = torch.randint(0, module.classes, (batch,))
+    opt = torch.optim.AdamW(module.parameters(), lr=1e-3, weight_decay=0.0)
+    rss_before = read_status_kib("VmRSS")
+
+    def step(t0):
+        """One training step; returns (loss, seconds before the optimizer step)."""
+        opt.zero_grad(set_to_none=True)
+        if mode == "bf16-autocast":
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                logits = module(x)
+            loss = torch_models.cross_entropy(logits.float(), y)
+        else:
+            loss = torch_models.cross_entropy(module(x), y)
+        loss.backward()
+        t_compute = time.perf_counter() - t0
+        opt.step()
+        return loss, t_compute
+
+    openblas_core = None
+    try:  # which kernels OpenBLAS (Debian torch's FP32 BLAS) runs
+        import ctypes
+        lib = ctypes.CDLL("libopenblas.so.0")
+        lib.openblas_get_corename.restype = ctypes.c_char_p
+        openblas_core = lib.openblas_get_corename().decode()
+    except (OSError, AttributeError):
+        pass
+
+    times, compute = [], []
+    for i in range(warmup + steps):
+        t0 = time.perf_counter()
+        loss, t_compute = step(t0)
+        dt = time.perf_counter() - t0
+        if i >= warmup:
+            times.append(dt)
+            compute.append(t_compute)
+    print(json.dumps({"median_step_seconds": statistics.median(times), "step_seconds": times,
+                      "median_compute_seconds": statistics.median(compute),
+                      "rss_before_bytes": rss_before, "peak_rss_self_bytes": read_status_kib("VmHWM"),
+                      "final_loss": float(loss), "torch_version": torch.__version__,
+                      "torch_threads": torch.get_num_threads(), "openblas_core": openblas_core,
+                      "parameters": sum(p.numel() for p in module.parameters())}))
+
+
+def torch_run(args, model, mode, batch):
+    """One PyTorch configuration in its own process; returns a result dict."""
+    cmd = [sys.executable, os.path.abspath(__file__), "--torch-child", model, mode, "--batch", str(batch),
+           "--steps", str(args.steps), "--warmup", str(args.warmup), "--threads", str(args.threads)]
+    rc, out, err, rss = run_measured(cmd, env=thread_env(args.threads, args.openblas_core), timeout=args.timeout)
+    if rc != 0:
+        lines = (out + err).strip().splitlines()
+        return {"status": "error", "note": lines[-1] if lines else "exit %d" % rc, "command": cmd}
+    r = json.loads(out.strip().splitlines()[-1])
+    r.update({"status": "ok", "peak_rss_bytes": rss, "command": cmd})
+    return r
+
+
+# ------------------------------------------------------------------------------------------------
+# The table
+
+
+def fmt_ms(r):
+    return "%.1f" % (r["median_step_seconds"] * 1e3) if r and r.get("status") == "ok" else "-"
+
+
+def fmt_ratio(a, b):
+    ok = a and b and a.get("status") == "ok" and b.get("status") == "ok"
+    return "%.2f" % (a["median_step_seconds"] / b["median_step_seconds"]) if ok else "-"
+
+
+def render_table(results):
+    """The one table: a row per (model, class, precision) of ours, with PyTorch alongside."""
+    head = ["model", "batch", "class", "prec", "ours ms", "ours MiB acc/RSS", "torch fp32 ms", "torch bf16 ms",
+            "torch RSS MiB f32/b16", "ours/torch", "vs own fp32"]
+    rows = []
+    cmp_class = results["bf16_comparison_class"]
+    for m in results["models"]:
+        name = m["model"]
+        tf, tb = m["torch"].get("fp32"), m["torch"].get("bf16-autocast")
+        trss = "%s/%s" % tuple("%.0f" % (t["peak_rss_bytes"] / MIB) if t and t.get("status") == "ok" else "-"
+                               for t in (tf, tb))
+        for cls in results["classes"]:
+            runs = m["ours"].get(cls, {})
+            if results["class_status"][cls]["status"] != "available":
+                rows.append([name, str(m["batch"]), cls, "-", "n/a", "-", fmt_ms(tf), fmt_ms(tb), trss, "-",
+                             "(runs as %s)" % results["class_status"][cls]["fallback"]])
+                continue
+            fp32 = runs.get("fp32")
+            for prec, r in runs.items():
+                if r.get("status") != "ok":
+                    rows.append([name, str(m["batch"]), cls, prec, r.get("status", "?"), "-", fmt_ms(tf), fmt_ms(tb),
+                                 trss, "-", "-"])
+                    continue
+                mem = "%.1f/%.0f" % (r["peak_memory_bytes"] / MIB, r["peak_rss_bytes"] / MIB)
+                if prec == "fp32":
+                    vs_torch = fmt_ratio(r, tf)
+                elif prec == "bf16":
+                    vs_torch = fmt_ratio(r, tb) + ("*" if cls == cmp_class else "")
+                else:
+                    vs_torch = "-"
+                vs_fp32 = "1.00" if prec == "fp32" else fmt_ratio(r, fp32)
+                rows.append([name, str(m["batch"]), cls, prec, fmt_ms(r), mem, fmt_ms(tf), fmt_ms(tb), trss,
+                             vs_torch, vs_fp32])
+    widths = [max(len(h), *(len(row[i]) for row in rows)) if rows else len(h) for i, h in enumerate(head)]
+    line = lambda cells: " | ".join(c.ljust(w) for c, w in zip(cells, widths))
+    out = [line(head), "-+-".join("-" * w for w in widths)]
+    out += [line(r) for r in rows]
+    return "\n".join(out)
+
+
+def render_notes(results):
+    """What the table's columns mean and which class the BF16 comparison uses."""
+    notes = [
+        "ours ms / torch ms: median step (zero_grad + forward + loss + backward + AdamW step); threads: %d; "
+        "best of %d run(s); torch: median of %d steps after %d warm-up; ours: %s."
+        % (results["threads"], results["repeats"], results["steps"], results["torch_warmup"], results["ours_timing"]),
+        "ours MiB acc/RSS: the worker's accounted tensor peak / the process's peak RSS (incl. its data set).",
+        "torch RSS: peak RSS of the PyTorch process (of which ~%s MiB is torch itself before the first step)."
+        % results.get("torch_baseline_rss_mib", "?"),
+        "ours/torch: fp32 rows ours-fp32 / torch-fp32; bf16 rows ours-bf16 / torch-bf16-autocast "
+        "(* = the class used for the BF16 comparison). > 1: ours is slower.",
+        "vs own fp32: ours at this precision / ours fp32, same class, same run.",
+        "torch FP32 GEMMs run in OpenBLAS (Debian's torch), core: %s (OPENBLAS_CORETYPE %s); "
+        "BF16 autocast runs oneDNN." % (results.get("torch_openblas_core", "?"), results["openblas_coretype"]),
+        "BF16 comparison: " + results["bf16_comparison_note"],
+    ]
+    for cls in results["classes"]:
+        st = results["class_status"][cls]
+        if st["status"] != "available":
+            notes.append("%s: not run (%s)." % (cls, st["note"]))
+    return "\n".join(notes)
+
+
+# ------------------------------------------------------------------------------------------------
+# Main
+
+
+def class_availability(args, flags):
+    """For each requested class: available or not (asks the worker with a 1-step mlp run, and
+    cross-checks /proc/cpuinfo), with the fallback the worker names."""
+    status = {}
+    for cls in args.classes:
+        missing = [f for f in CLASS_FLAGS.get(cls, []) if f not in flags]
+        r = worker_run(argparse.Namespace(**{**vars(args), "steps": 1, "warmup": 0}), "mlp", cls, "fp32", 8)
+        if r["status"] == "ok":
+            status[cls] = {"status": "available", "cpu_flags_missing": missing}
+        else:
+            note = r["note"]
+            fallback = note.rsplit("closest class here is ", 1)[-1].strip() if "closest class" in note else "?"
+            status[cls] = {"status": r["status"], "note": note, "fallback": fallback, "cpu_flags_missing": missing}
+    return status
+
+
+def bf16_comparison(class_status, flags, classes):
+    """The class of ours to compare with torch's BF16 autocast, and a sentence saying why."""
+    torch_native = "avx512_bf16" in flags or "amx_bf16" in flags
+    torch_side = ("PyTorch's oneDNN is uncapped and this CPU has avx512_bf16, so torch's BF16 is native"
+                  if torch_native else "this CPU lacks avx512_bf16, so torch's BF16 is emulated too")
+    available = [c for c in classes if class_status[c]["status"] == "available"]
+    if BF16_NATIVE_CLASS in available:
+        return BF16_NATIVE_CLASS, "ours on %s, where BF16 is native (oneDNN uncapped); %s." % (
+            BF16_NATIVE_CLASS, torch_side)
+    if not available:
+        return None, "no class of ours ran."
+    strongest = available[0]  # CLASSES is ordered strongest first
+    return strongest, ("no class of ours runs BF16 natively on this CPU (%s needs AMX; %s caps oneDNN at AVX-512 "
+                       "VNNI, without BF16 instructions, so our bf16 GEMMs are decoded to FP32 and run the FP32 "
+                       "kernel); ours on the strongest available class, %s, is used; %s." % (
+                           BF16_NATIVE_CLASS, "cpu-avx512", strongest, torch_side))
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--worker", default=os.path.join(REPO, "build", "bin", "qsync-worker"))
+    p.add_argument("--models", default=",".join(ZOO), help="comma-separated zoo names (default: all four)")
+    p.add_argument("--classes", default=",".join(CLASSES))
+    p.add_argument("--precisions", default=",".join(PRECISIONS))
+    p.add_argument("--extra", action="store_true", help="also int8-all and fp8")
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--batch", type=int, default=128, help="batch of the image models")
+    p.add_argument("--gpt-batch", type=int, default=32, help="batch of char-gpt (64-token contexts)")
+    p.add_argument("--steps", type=int, default=20, help="timed steps per run (after --warmup)")
+    p.add_argument("--warmup", type=int, default=3, help="untimed warm-up steps (both sides)")
+    p.add_argument("--repeats", type=int, default=1, help="runs per configuration; the best median is kept")
+    p.add_argument("--data", default="/usr/share/common-licenses/GPL-3", help="text file for char-gpt")
+    p.add_argument("--image-data", default="", help="Fashion-MNIST dir (default: the worker's default)")
+    p.add_argument("--no-torch", action="store_true", help="skip the PyTorch side")
+    p.add_argument("--openblas-coretype", default="auto",
+                   help="OPENBLAS_CORETYPE for the PyTorch children: auto (from /proc/cpuinfo), none "
+                        "(OpenBLAS's own detection), or a core name such as SkylakeX")
+    p.add_argument("--op-times", action="store_true",
+                   help="also run each of our configurations once with --op-times and keep the breakdown")
+    p.add_argument("--timeout", type=float, default=900, help="seconds per child process")
+    p.add_argument("--quick", action="store_true", help="smoke test: mlp and cnn, 4 steps, 1 warm-up")
+    p.add_argument("--json", default=os.path.join(REPO, "build", "results", "worker_bench.json"))
+    p.add_argument("--torch-child", nargs=2, metavar=("MODEL", "MODE"), help=argparse.SUPPRESS)
+    a = p.parse_args(argv)
+    if a.quick:
+        a.models, a.steps, a.warmup = "mlp,cnn", min(a.steps, 4), min(a.warmup, 1)
+    a.models = [m for m in a.models.split(",") if m]
+    a.classes = [c for c in a.classes.split(",") if c]
+    a.precisions = [q for q in a.precisions.split(",") if q] + (EXTRA_PRECISIONS if a.extra else [])
+    return a
+
+
+def main(argv):
+    args = parse_args(argv)
+    if args.torch_child:
+        torch_child(args.torch_child[0], args.torch_child[1], args.batch, args.steps, args.warmup, args.threads)
+        return 0
+    if not os.access(args.worker, os.X_OK):
+        sys.exit("worker_bench: no worker binary at %s (build it: ninja -C build qsync-worker)" % args.worker)
+    if "char-gpt" in args.models and not os.path.isfile(args.data):
+        sys.exit("worker_bench: char-gpt needs a text file: --data FILE (%s is missing)" % args.data)
+
+    flags = cpu_flags()
+    args.log_json = worker_has_log_json(args.worker)
+    if args.openblas_coretype == "auto":
+        args.openblas_core = openblas_coretype_for(flags)
+    else:
+        args.openblas_core = "" if args.openblas_coretype == "none" else args.openblas_coretype
+    results = {"started": datetime.datetime.now().isoformat(timespec="seconds"), "host": platform.node(),
+               "cpu_flags": sorted(f for f in flags if f.startswith(("avx", "amx"))),
+               "load_before": load_average(), "threads": args.threads, "steps": args.steps,
+               "torch_warmup": args.warmup, "repeats": args.repeats, "worker": args.worker,
+               "openblas_coretype": args.openblas_core or "(OpenBLAS's own detection)",
+               "ours_timing": ("median of the %d steps after %d warm-up steps (per-step --log-json)"
+                               % (args.steps, args.warmup) if args.log_json else
+                               "the worker's median over all %d steps (this build has no --log-json)"
+                               % (args.steps + args.warmup)),
+               "classes": args.classes, "precisions": args.precisions, "models": []}
+    print("load average before: %s" % results["load_before"], flush=True)
+    results["class_status"] = class_availability(args, flags)
+    cmp_class, cmp_note = bf16_comparison(results["class_status"], flags, args.classes)
+    results["bf16_comparison_class"], results["bf16_comparison_note"] = cmp_class, cmp_note
+    for cls, st in results["class_status"].items():
+        print("%-11s %s" % (cls, st["status"] if st["status"] == "available" else st["note"]), flush=True)
+
+    # Every configuration once per round; repeats are rounds, so a burst of load from elsewhere
+    # hits different configurations in different rounds, and the best median of each is kept.
+    configs = []  # (model, batch, side, class or None, precision or torch mode)
+    for model in args.models:
+        batch = args.gpt_batch if model == "char-gpt" else args.batch
+        for cls in args.classes:
+            if results["class_status"][cls]["status"] == "available":
+                configs += [(model, batch, "ours", cls, prec) for prec in args.precisions]
+        if not args.no_torch:
+            configs += [(model, batch, "torch", None, mode) for mode in ("fp32", "bf16-autocast")]
+    runs = {c: [] for c in configs}
+    for rnd in range(args.repeats):
+        for c in configs:
+            model, batch, side, cls, prec = c
+            r = worker_run(args, model, cls, prec, batch) if side == "ours" else torch_run(args, model, prec, batch)
+            runs[c].append(r)
+            print("[%d/%d] %-5s %-9s %-11s %-13s %8s ms   load %.2f%s" % (
+                rnd + 1, args.repeats, side, model, cls or "", prec, fmt_ms(r), os.getloadavg()[0],
+                "" if r["status"] == "ok" else "  " + r["note"]), flush=True)
+
+    baselines = []
+    for model in args.models:
+        batch = args.gpt_batch if model == "char-gpt" else args.batch
+        entry = {"model": model, "batch": batch, "ours": {}, "torch": {}}
+        for (m, _, side, cls, prec), rs in runs.items():
+            if m != model:
+                continue
+            r = best_of(rs)
+            if side == "torch":
+                entry["torch"][prec] = r
+                if r.get("status") == "ok" and r.get("rss_before_bytes"):
+                    baselines.append(r["rss_before_bytes"])
+                continue
+            if args.op_times and r.get("status") == "ok":
+                r["op_times"] = worker_run(args, model, cls, prec, batch, op_times=True).get("op_times")
+            entry["ours"].setdefault(cls, {})[prec] = r
+        results["models"].append(entry)
+
+    results["load_after"] = load_average()
+    cores = {t.get("openblas_core") for m in results["models"] for t in m["torch"].values() if t.get("status") == "ok"}
+    results["torch_openblas_core"] = ",".join(sorted(str(c) for c in cores)) or "?"
+    if baselines:
+        results["torch_baseline_rss_mib"] = "%.0f" % (min(baselines) / MIB)
+    table, notes = render_table(results), render_notes(results)
+    results["table"], results["notes"] = table, notes
+    os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
+    with open(args.json, "w") as f:
+        json.dump(results, f, indent=2)
+    print()
+    print(table)
+    print()
+    print(notes)
+    print("load average before %s, after %s; results in %s" % (results["load_before"], results["load_after"], args.json))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

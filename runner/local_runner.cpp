@@ -1,0 +1,255 @@
+// File: runner/local_runner.cpp
+// Spawning, watching and summarizing the worker processes of a local job.
+#include "runner/local_runner.h"
+
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <stdexcept>
+
+#include "kernels/device_class.h"
+#include "planner/atomic_file.h"
+#include "planner/model_desc.h"
+#include "planner/plan_file.h"
+#include "runner/run_progress.h"
+
+namespace qsync {
+namespace {
+
+namespace fs = std::filesystem;
+std::atomic<int> interrupt_signal{0};
+extern "C" void on_interrupt(int sig) { interrupt_signal.store(sig); }
+
+int free_loopback_port() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = 0;
+  socklen_t len = sizeof a;
+  if (fd < 0 || bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
+      getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0)
+    throw std::runtime_error(std::string("cannot find a free loopback port: ") + std::strerror(errno));
+  close(fd);
+  return ntohs(a.sin_port);
+}
+
+std::string default_worker_binary() {
+  std::error_code ec;
+  const fs::path self = fs::read_symlink("/proc/self/exe", ec);
+  return (ec ? fs::path("qsync-worker") : self.parent_path() / "qsync-worker").string();
+}
+
+std::string tail_of(const std::string& path, size_t max_lines) {
+  std::ifstream in(path);
+  std::vector<std::string> lines;
+  for (std::string l; std::getline(in, l);) lines.push_back(l);
+  std::string out;
+  for (size_t i = lines.size() > max_lines ? lines.size() - max_lines : 0; i < lines.size(); ++i) out += lines[i] + "\n";
+  return out;
+}
+
+struct Worker {
+  int rank = 0;
+  pid_t pid = -1;
+  int out_fd = -1;
+  std::string buffer, log_path, summary_path;
+  bool exited = false;
+  int exit_code = -1;
+};
+
+// argv of rank r's qsync-worker.
+std::vector<std::string> worker_args(const RunOptions& o, const JobSpec& j, const LocalWorkerSpec& w,
+                                     const std::string& device_class, const std::string& plan, const std::string& ckpt,
+                                     const std::string& summary) {
+  std::vector<std::string> a = {o.worker_binary, "train", "--model", j.model, "--plan", plan, "--batch",
+                                std::to_string(j.global_batch), "--device-class", device_class, "--threads",
+                                std::to_string(w.threads), "--seed", std::to_string(j.seed), "--lr", std::to_string(j.lr),
+                                "--optimizer", j.optimizer, "--log-json", "--log-every", "1", "--summary-json", summary,
+                                "--job-name", j.name, "--collective-timeout", std::to_string(o.collective_timeout_seconds)};
+  auto add = [&](const char* flag, const std::string& v) {
+    a.push_back(flag);
+    a.push_back(v);
+  };
+  if (!j.data.empty()) add("--data", j.data);
+  if (j.steps > 0) add("--steps", std::to_string(j.steps));
+  else add("--epochs", std::to_string(j.epochs));
+  if (j.weight_decay > 0) add("--weight-decay", std::to_string(j.weight_decay));
+  if (j.warmup_steps > 0) add("--warmup", std::to_string(j.warmup_steps));
+  if (j.grad_clip > 0) add("--grad-clip", std::to_string(j.grad_clip));
+  if (j.eval_limit > 0) add("--eval-limit", std::to_string(j.eval_limit));
+  if (w.memory_budget_bytes > 0) add("--memory-budget", std::to_string(std::max<int64_t>(1, w.memory_budget_bytes >> 20)));
+  if (!ckpt.empty()) {
+    add("--checkpoint-dir", ckpt);
+    if (j.checkpoint_interval_steps > 0) add("--checkpoint-every", std::to_string(j.checkpoint_interval_steps));
+    if (o.resume) a.push_back("--resume");
+  }
+  return a;
+}
+
+pid_t spawn(const std::vector<std::string>& args, const std::vector<std::pair<std::string, std::string>>& env,
+            int out_fd_write, const std::string& log_path) {
+  const pid_t pid = fork();
+  if (pid < 0) throw std::runtime_error(std::string("fork failed: ") + std::strerror(errno));
+  if (pid > 0) return pid;
+  for (const auto& [k, v] : env) setenv(k.c_str(), v.c_str(), 1);
+  dup2(out_fd_write, STDOUT_FILENO);
+  const int log = open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (log >= 0) dup2(log, STDERR_FILENO);
+  std::vector<char*> argv;
+  for (const std::string& s : args) argv.push_back(const_cast<char*>(s.c_str()));
+  argv.push_back(nullptr);
+  execv(argv[0], argv.data());
+  std::fprintf(stderr, "cannot run %s: %s\n", argv[0], std::strerror(errno));
+  _exit(127);
+}
+
+}  // namespace
+
+RunResult run_job_locally(const RunOptions& in) {
+  RunOptions o = in;
+  const JobSpec job = job_spec_load(o.job_path);
+  if (job.local_workers.empty())
+    throw std::invalid_argument(job.source + ": spec.pool.local lists no workers; `qsync run` needs local workers");
+  if (job.allocator != "uniform")
+    throw std::invalid_argument(job.source + ": allocator '" + job.allocator +
+                                "' is not available yet; use planning.allocator: uniform");
+  const ModelDesc model = model_desc_find(job.model);
+  if (o.work_dir.empty()) o.work_dir = "qsync-runs/" + job.name;
+  if (o.worker_binary.empty()) o.worker_binary = default_worker_binary();
+  if (!fs::exists(o.worker_binary)) throw std::runtime_error("worker binary " + o.worker_binary + " not found: build it first");
+  const int world = int(job.local_workers.size());
+  for (const char* sub : {"plans", "logs", "summaries"}) fs::create_directories(fs::path(o.work_dir) / sub);
+  const std::string ckpt = job.checkpoint_dir.empty()
+                               ? ""
+                               : (fs::path(job.checkpoint_dir).is_absolute() ? fs::path(job.checkpoint_dir)
+                                                                             : fs::path(o.work_dir) / job.checkpoint_dir)
+                                     .string();
+  const int port = o.master_port > 0 ? o.master_port : free_loopback_port();
+
+  RunResult result;
+  std::vector<Worker> workers(static_cast<size_t>(world));
+  RunProgress progress(!o.quiet, world);
+  for (int r = 0; r < world; ++r) {
+    const LocalWorkerSpec& w = job.local_workers[size_t(r)];
+    RankOutcome outcome;
+    outcome.rank = r;
+    outcome.requested_class = w.device_class;
+    const DeviceClass& c = device_class_fallback(device_class_by_name(w.device_class));
+    outcome.device_class = c.name;
+    if (c.name != w.device_class) {
+      outcome.note = device_class_availability(device_class_by_name(w.device_class)).note;
+      progress.message("note: rank " + std::to_string(r) + ": " + outcome.note + "; running it as " + c.name);
+    }
+    RankPlan plan = plan_uniform(model, layer_precision_from_name(w.precision.empty() ? job.precision : w.precision));
+    plan.rank = r;
+    plan.device_class = c.name;
+    plan.model_hash = model.hash;
+    plan.local_batch = w.local_batch > 0 ? w.local_batch : job.global_batch / world + (r < job.global_batch % world ? 1 : 0);
+    const std::string plan_path = (fs::path(o.work_dir) / "plans" / ("rank-" + std::to_string(r) + ".yaml")).string();
+    plan_file_write(plan_path, plan);
+    Worker& wk = workers[size_t(r)];
+    wk.rank = r;
+    wk.log_path = (fs::path(o.work_dir) / "logs" / ("rank-" + std::to_string(r) + ".log")).string();
+    wk.summary_path = (fs::path(o.work_dir) / "summaries" / ("rank-" + std::to_string(r) + ".json")).string();
+    fs::remove(wk.summary_path);
+    int fds[2];
+    if (pipe(fds) != 0) throw std::runtime_error(std::string("pipe failed: ") + std::strerror(errno));
+    wk.pid = spawn(worker_args(o, job, w, c.name, plan_path, ckpt, wk.summary_path),
+                   {{"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", std::to_string(port)}, {"RANK", std::to_string(r)},
+                    {"WORLD_SIZE", std::to_string(world)}},
+                   fds[1], wk.log_path);
+    close(fds[1]);
+    wk.out_fd = fds[0];
+    result.ranks.push_back(outcome);
+  }
+  progress.message("started " + std::to_string(world) + " workers (job " + job.name + ", rendezvous 127.0.0.1:" +
+                   std::to_string(port) + "; logs in " + o.work_dir + "/logs)");
+
+  interrupt_signal.store(0);
+  struct sigaction sa {};
+  sa.sa_handler = on_interrupt;
+  struct sigaction old_int {}, old_term {};
+  sigaction(SIGINT, &sa, &old_int);
+  sigaction(SIGTERM, &sa, &old_term);
+  bool forwarded = false;
+  int first_failure = -1;
+  auto failure_time = std::chrono::steady_clock::time_point{};
+  for (;;) {
+    std::vector<pollfd> fds;
+    for (const Worker& w : workers)
+      if (w.out_fd >= 0) fds.push_back({w.out_fd, POLLIN, 0});
+    if (!fds.empty()) poll(fds.data(), fds.size(), 200);
+    for (Worker& w : workers) {
+      if (w.out_fd < 0) continue;
+      char buf[4096];
+      pollfd p{w.out_fd, POLLIN, 0};
+      if (poll(&p, 1, 0) <= 0) continue;
+      const ssize_t n = read(w.out_fd, buf, sizeof buf);
+      if (n <= 0) {
+        close(w.out_fd);
+        w.out_fd = -1;
+        continue;
+      }
+      w.buffer.append(buf, size_t(n));
+      for (size_t nl; (nl = w.buffer.find('\n')) != std::string::npos;) {
+        progress.line(w.rank, w.buffer.substr(0, nl));
+        w.buffer.erase(0, nl + 1);
+      }
+    }
+    if (interrupt_signal.load() != 0 && !forwarded) {
+      forwarded = true;
+      progress.message("interrupted: asking the workers to checkpoint and stop");
+      for (const Worker& w : workers)
+        if (!w.exited) kill(w.pid, SIGTERM);
+    }
+    bool all_exited = true;
+    for (Worker& w : workers) {
+      if (!w.exited) {
+        int status = 0;
+        if (waitpid(w.pid, &status, WNOHANG) == w.pid) {
+          w.exited = true;
+          w.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+          if (w.exit_code != 0 && first_failure < 0) {
+            first_failure = w.rank;
+            failure_time = std::chrono::steady_clock::now();
+          }
+        }
+      }
+      all_exited = all_exited && w.exited && w.out_fd < 0;
+    }
+    if (all_exited) break;
+    // After a failure the peers stop within the collective timeout; past it (plus grace), stop them.
+    if (first_failure >= 0 && std::chrono::steady_clock::now() - failure_time >
+                                  std::chrono::duration<double>(o.collective_timeout_seconds + 10))
+      for (const Worker& w : workers)
+        if (!w.exited) kill(w.pid, SIGKILL);
+  }
+  sigaction(SIGINT, &old_int, nullptr);
+  sigaction(SIGTERM, &old_term, nullptr);
+  progress.finish();
+
+  for (size_t r = 0; r < workers.size(); ++r) {
+    RankOutcome& out = result.ranks[r];
+    out.exit_code = workers[r].exit_code;
+    if (out.exit_code != 0) out.error = tail_of(workers[r].log_path, 5);
+    std::ifstream s(workers[r].summary_path);
+    if (s) out.summary = nlohmann::json::parse(s, nullptr, false);
+  }
+  result.exit_code = first_failure >= 0 ? 1 : forwarded ? 130 : 0;
+  result.summary = run_summary_json(job, result.ranks, first_failure);
+  if (!o.summary_json.empty()) atomic_file_write(o.summary_json, result.summary.dump(2) + "\n");
+  return result;
+}
+
+}  // namespace qsync

@@ -1,0 +1,45 @@
+// File: runner/local_runner.h
+// `qsync run JOB.yaml`: runs a HybridTrainingJob on this machine. Writes one plan per rank,
+// spawns one qsync-worker process per local worker of the pool with the rendezvous variables
+// (MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE), shows one combined progress line from the
+// workers' JSON-line events, forwards Ctrl-C (workers checkpoint and exit), reports the rank that
+// failed first, and ends with a per-rank summary table (and JSON).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "planner/job_spec.h"
+
+namespace qsync {
+
+struct RunOptions {
+  std::string job_path;
+  std::string work_dir;      // plans, logs, summaries, checkpoints; default qsync-runs/<job name>
+  std::string worker_binary; // default: qsync-worker beside this binary
+  int master_port = 0;       // 0: a free loopback port
+  std::string summary_json;
+  bool resume = false;       // continue from the job's checkpoint
+  bool quiet = false;
+  double collective_timeout_seconds = 60;
+};
+
+struct RankOutcome {
+  int rank = 0;
+  std::string device_class, requested_class, note;
+  int exit_code = -1;
+  std::string error;        // last lines of stderr when it failed
+  nlohmann::json summary;   // the worker's summary JSON (when it finished)
+};
+
+struct RunResult {
+  int exit_code = 0;        // 0: success; 130: interrupted; 1: a worker failed
+  std::vector<RankOutcome> ranks;
+  nlohmann::json summary;   // what --summary-json writes
+};
+
+RunResult run_job_locally(const RunOptions& options);
+
+}  // namespace qsync

@@ -1,0 +1,57 @@
+// File: runner/main.cpp
+// qsync: the local front end.
+//
+//   qsync run JOB.yaml [--work-dir DIR] [--master-port P] [--summary-json FILE] [--resume]
+//                      [--collective-timeout SECONDS] [--quiet]
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+#include "runner/local_runner.h"
+#include "runner/run_progress.h"
+
+namespace {
+
+const char* USAGE =
+    "usage: qsync run JOB.yaml [--work-dir DIR] [--master-port P] [--summary-json FILE] [--resume]\n"
+    "                          [--collective-timeout SECONDS] [--quiet]\n";
+
+int run_main(int argc, char** argv) {
+  if (argc < 2 || std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "-h") == 0) {
+    std::fputs(USAGE, argc < 2 ? stderr : stdout);
+    return argc < 2 ? 2 : 0;
+  }
+  if (std::string(argv[1]) != "run") throw std::invalid_argument(std::string("unknown command '") + argv[1] + "'\n" + USAGE);
+  qsync::RunOptions o;
+  for (int i = 2; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) throw std::invalid_argument(a + " needs a value");
+      return argv[++i];
+    };
+    if (a == "--work-dir") o.work_dir = value();
+    else if (a == "--master-port") o.master_port = std::stoi(value());
+    else if (a == "--summary-json") o.summary_json = value();
+    else if (a == "--collective-timeout") o.collective_timeout_seconds = std::stod(value());
+    else if (a == "--resume") o.resume = true;
+    else if (a == "--quiet") o.quiet = true;
+    else if (!a.empty() && a[0] == '-') throw std::invalid_argument("unknown argument '" + a + "'\n" + USAGE);
+    else if (o.job_path.empty()) o.job_path = a;
+    else throw std::invalid_argument("one job file at a time, got '" + o.job_path + "' and '" + a + "'");
+  }
+  if (o.job_path.empty()) throw std::invalid_argument(std::string("no job file given\n") + USAGE);
+  const qsync::RunResult r = qsync::run_job_locally(o);
+  std::printf("\n%s", qsync::run_summary_table(r.summary).c_str());
+  return r.exit_code;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run_main(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "qsync: error: %s\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,290 @@
+// File: tests/worker/dist/collectives_test.cpp
+// Gloo collectives with every rank a forked process on 127.0.0.1: sums (exact for small
+// integers), broadcast, all_gather and barrier for 2 and 3 ranks; a rank that exits early or hangs
+// makes the others throw CollectiveError within the timeout instead of hanging. Also the
+// single-rank stand-in and the NCCL backend's refusal where there is no GPU.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <thread>
+
+#include "tests/worker/dist/dist_test_support.h"
+#include "worker/dist/collectives.h"
+
+#if QSYNC_TEST_WITH_CUDA
+#include <cuda_runtime.h>
+#endif
+
+namespace qsync {
+namespace {
+
+using std::chrono::milliseconds;
+using test::Stopwatch;
+
+// Thrown inside a rank to report a wrong result.
+struct Mismatch : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+void expect(bool ok, const std::string& what) {
+  if (!ok) throw Mismatch(what);
+}
+
+struct RankResult {
+  int exit_code = -1;
+  std::string message;
+};
+
+using RankBody = std::function<void(int rank, Rendezvous&, Collectives&)>;
+
+// Forks `world_size` ranks; each joins the rendezvous, connects Gloo with `timeout` and runs
+// `body`. Exit code 0: body returned; 2: body threw Mismatch; 3: CollectiveError; 4: other error.
+// A rank still running after `limit` is killed (exit code -SIGKILL). Retries if the port got taken.
+std::vector<RankResult> run_ranks(int world_size, milliseconds timeout, const RankBody& body,
+                                  milliseconds limit = milliseconds(20000)) {
+  std::vector<RankResult> results;
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    const int port = test::free_port();
+    std::vector<pid_t> pids;
+    std::vector<int> pipes;
+    for (int rank = 0; rank < world_size; ++rank) {
+      int fds[2];
+      if (::pipe(fds) != 0) throw std::runtime_error("test setup: pipe failed");
+      const pid_t pid = ::fork();
+      if (pid == 0) {
+        ::close(fds[0]);
+        int code = 0;
+        std::string message;
+        try {
+          RendezvousConfig c;
+          c.master_port = port;
+          c.rank = rank;
+          c.world_size = world_size;
+          c.timeout = milliseconds(10000);
+          Rendezvous rv(c);
+          std::unique_ptr<Collectives> coll = collectives_gloo(rv, timeout);
+          body(rank, rv, *coll);
+        } catch (const Mismatch& e) {
+          code = 2, message = e.what();
+        } catch (const CollectiveError& e) {
+          code = 3, message = e.what();
+        } catch (const std::exception& e) {
+          code = 4, message = e.what();
+        }
+        if (::write(fds[1], message.data(), message.size()) < 0) code = 5;
+        ::_exit(code);
+      }
+      ::close(fds[1]);
+      pids.push_back(pid);
+      pipes.push_back(fds[0]);
+    }
+    results.assign(world_size, {});
+    Stopwatch clock;
+    for (int rank = 0; rank < world_size; ++rank) {
+      int status = 0;
+      while (::waitpid(pids[rank], &status, WNOHANG) == 0) {
+        if (clock.seconds() * 1000 > static_cast<double>(limit.count())) {
+          for (pid_t pid : pids) ::kill(pid, SIGKILL);  // only our own children
+        }
+        std::this_thread::sleep_for(milliseconds(5));
+      }
+      results[rank].exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
+      char buffer[4096];
+      ssize_t n = 0;
+      while ((n = ::read(pipes[rank], buffer, sizeof buffer)) > 0) results[rank].message.append(buffer, n);
+      ::close(pipes[rank]);
+    }
+    bool port_taken = false;
+    for (const RankResult& r : results) port_taken |= r.message.find("is in use") != std::string::npos;
+    if (!port_taken) break;
+  }
+  return results;
+}
+
+void expect_all_succeeded(const std::vector<RankResult>& results) {
+  for (size_t r = 0; r < results.size(); ++r) {
+    EXPECT_EQ(results[r].exit_code, 0) << "rank " << r << ": " << results[r].message;
+  }
+}
+
+void exercise_every_collective(int rank, Collectives& coll) {
+  const int w = coll.world_size();
+  expect(std::string(coll.backend()) == "gloo" && coll.rank() == rank, "identity");
+
+  // Large enough for several of Gloo's segments; values stay exact in float.
+  std::vector<float> f(300000);
+  for (size_t i = 0; i < f.size(); ++i) f[i] = float(rank + int(i % 1000));
+  coll.all_reduce_sum(f.data(), int64_t(f.size()));
+  for (size_t i = 0; i < f.size(); ++i) {
+    const float want = float(w * int(i % 1000) + w * (w - 1) / 2);
+    expect(f[i] == want, "float sum at " + std::to_string(i) + ": " + std::to_string(f[i]) +
+                             " != " + std::to_string(want));
+  }
+  std::vector<double> d(1001);
+  for (size_t i = 0; i < d.size(); ++i) d[i] = 0.5 * (rank + 1) * double(i);
+  coll.all_reduce_sum(d.data(), int64_t(d.size()));
+  for (size_t i = 0; i < d.size(); ++i) {
+    expect(d[i] == 0.5 * double(w * (w + 1) / 2) * double(i), "double sum at " + std::to_string(i));
+  }
+
+  const int root = w - 1;
+  std::vector<float> b(777, 0.0f);
+  if (rank == root) {
+    for (size_t i = 0; i < b.size(); ++i) b[i] = 7.0f + float(i);
+  }
+  coll.broadcast(b.data(), int64_t(b.size()), root);
+  for (size_t i = 0; i < b.size(); ++i) expect(b[i] == 7.0f + float(i), "broadcast");
+
+  const uint64_t in[3] = {uint64_t(rank) * 10, uint64_t(rank) * 10 + 1, (uint64_t(1) << 60) + rank};
+  std::vector<uint64_t> out(3 * w, 0);
+  coll.all_gather(in, out.data(), 3);
+  for (int r = 0; r < w; ++r) {
+    expect(out[3 * r] == uint64_t(r) * 10 && out[3 * r + 1] == uint64_t(r) * 10 + 1 &&
+               out[3 * r + 2] == (uint64_t(1) << 60) + r,
+           "all_gather slot of rank " + std::to_string(r));
+  }
+
+  // Barrier: nobody leaves before the late rank 0 arrives.
+  Stopwatch clock;
+  if (rank == 0) std::this_thread::sleep_for(milliseconds(200));
+  coll.barrier();
+  expect(clock.seconds() >= 0.15, "barrier let rank " + std::to_string(rank) + " through early");
+  coll.barrier();
+  coll.all_reduce_sum(f.data(), 0);  // empty calls are no-ops
+}
+
+TEST(GlooCollectives, TwoRanks) {
+  expect_all_succeeded(run_ranks(2, milliseconds(10000), [](int rank, Rendezvous&, Collectives& c) {
+    exercise_every_collective(rank, c);
+  }));
+}
+
+TEST(GlooCollectives, ThreeRanks) {
+  expect_all_succeeded(run_ranks(3, milliseconds(10000), [](int rank, Rendezvous&, Collectives& c) {
+    exercise_every_collective(rank, c);
+  }));
+}
+
+TEST(GlooCollectives, TwoInstancesOnOneRendezvous) {
+  const auto results = run_ranks(2, milliseconds(10000), [](int rank, Rendezvous& rv,
+                                                            Collectives& first) {
+    auto second = collectives_gloo(rv, milliseconds(10000));
+    double x = rank + 1;
+    second->all_reduce_sum(&x, 1);
+    expect(x == 3.0, "second instance sum " + std::to_string(x));
+    float y = float(rank + 10);
+    first.all_reduce_sum(&y, 1);
+    expect(y == 21.0f, "first instance sum " + std::to_string(y));
+  });
+  expect_all_succeeded(results);
+}
+
+// The others' call must fail within the timeout (asserted: under 10x) and name the operation.
+void expect_peer_failure(int rank, Collectives& coll, milliseconds timeout) {
+  std::vector<float> data(1024, 1.0f);
+  Stopwatch clock;
+  try {
+    coll.all_reduce_sum(data.data(), int64_t(data.size()));
+    throw Mismatch("rank " + std::to_string(rank) + ": all_reduce_sum succeeded without a peer");
+  } catch (const CollectiveError& e) {
+    const std::string message = e.what();
+    expect(message.find("gloo all_reduce_sum failed on rank " + std::to_string(rank)) !=
+                   std::string::npos &&
+               message.find("a peer rank likely died or is unreachable") != std::string::npos,
+           "unexpected message: " + message);
+  }
+  const double limit = 10.0 * std::chrono::duration<double>(timeout).count();
+  expect(clock.seconds() < limit, "failure took " + std::to_string(clock.seconds()) + " s");
+  try {
+    coll.barrier();
+    throw Mismatch("a failed process group must refuse further calls");
+  } catch (const CollectiveError& e) {
+    expect(std::string(e.what()).find("failed earlier") != std::string::npos, e.what());
+  }
+}
+
+TEST(GlooCollectives, RankThatExitsEarlyMakesTheOthersThrow) {
+  const milliseconds timeout(3000);
+  Stopwatch clock;
+  const auto results = run_ranks(3, timeout, [&](int rank, Rendezvous&, Collectives& coll) {
+    coll.barrier();  // everyone is connected
+    if (rank == 2) ::_exit(0);
+    expect_peer_failure(rank, coll, timeout);
+  });
+  expect_all_succeeded(results);
+  EXPECT_LT(clock.seconds(), 15.0);
+}
+
+TEST(GlooCollectives, RankThatHangsMakesTheOthersTimeOut) {
+  const milliseconds timeout(1000);
+  const auto results = run_ranks(3, timeout, [&](int rank, Rendezvous&, Collectives& coll) {
+    coll.barrier();
+    if (rank == 2) {
+      std::this_thread::sleep_for(milliseconds(1500));  // alive, but never joins the all-reduce
+      ::_exit(0);
+    }
+    Stopwatch clock;
+    expect_peer_failure(rank, coll, timeout);
+    expect(clock.seconds() >= 0.5, "failed before the timeout without a dead peer");
+  });
+  expect_all_succeeded(results);
+}
+
+TEST(LocalCollectives, EveryCollectiveIsTheIdentity) {
+  auto coll = collectives_local();
+  EXPECT_STREQ(coll->backend(), "local");
+  EXPECT_EQ(coll->world_size(), 1);
+  std::vector<float> f = {1.5f, -2.0f};
+  coll->all_reduce_sum(f.data(), 2);
+  EXPECT_EQ(f, (std::vector<float>{1.5f, -2.0f}));
+  std::vector<double> d = {3.25};
+  coll->all_reduce_sum(d.data(), 1);
+  EXPECT_EQ(d[0], 3.25);
+  coll->broadcast(f.data(), 2, 0);
+  EXPECT_THROW(coll->broadcast(f.data(), 2, 1), CollectiveError);
+  const uint64_t in[2] = {4, 5};
+  uint64_t out[2] = {0, 0};
+  coll->all_gather(in, out, 2);
+  EXPECT_EQ(out[1], 5u);
+  coll->barrier();
+}
+
+TEST(NcclCollectives, RefusesWithoutAGpuOrRunsOnOne) {
+  RendezvousConfig c;
+  c.master_port = test::free_port();
+  Rendezvous rv(c);
+#if QSYNC_TEST_WITH_CUDA
+  int devices = 0;
+  if (cudaGetDeviceCount(&devices) == cudaSuccess && devices > 0) {
+    auto coll = collectives_nccl(rv, 0);
+    EXPECT_STREQ(coll->backend(), "nccl");
+    float* data = nullptr;
+    ASSERT_EQ(cudaMalloc(&data, 4 * sizeof(float)), cudaSuccess);
+    const float host[4] = {1, 2, 3, 4};
+    cudaMemcpy(data, host, sizeof host, cudaMemcpyHostToDevice);
+    coll->all_reduce_sum(data, 4);
+    coll->broadcast(data, 4, 0);
+    coll->barrier();
+    float back[4] = {};
+    cudaMemcpy(back, data, sizeof back, cudaMemcpyDeviceToHost);
+    EXPECT_EQ(back[3], 4.0f);
+    cudaFree(data);
+    return;
+  }
+#endif
+  try {
+    collectives_nccl(rv, 0);
+    FAIL() << "nccl without a GPU must throw";
+  } catch (const CollectiveError& e) {
+    const std::string message = e.what();
+    EXPECT_TRUE(message.find("no CUDA device") != std::string::npos ||
+                message.find("this build has no CUDA") != std::string::npos)
+        << message;
+  }
+}
+
+}  // namespace
+}  // namespace qsync

@@ -1,0 +1,262 @@
+// File: worker/dist/collectives_gloo.cpp
+// The Gloo backend (TCP between the ranks' CPUs) and the single-rank stand-in. Gloo's connection
+// data goes through our rendezvous store (adapted to gloo::rendezvous::Store under a fresh key
+// prefix per instance). Every operation carries the timeout; any Gloo error becomes a
+// CollectiveError that names the operation and says a peer likely died, and leaves the instance
+// unusable (later calls throw at once: the ranks are out of step).
+// Gloo writes with writev(), so a dead peer would raise SIGPIPE: collectives_gloo() ignores SIGPIPE
+// process-wide when it still has the default action, turning it into an error Gloo reports.
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <csignal>
+#include <cstdlib>
+#include <cstring>
+
+#include <gloo/allgather.h>
+#include <gloo/allreduce.h>
+#include <gloo/barrier.h>
+#include <gloo/broadcast.h>
+#include <gloo/math.h>
+#include <gloo/rendezvous/context.h>
+#include <gloo/rendezvous/store.h>
+#include <gloo/transport/tcp/device.h>
+
+#include "worker/dist/collectives.h"
+#include "worker/dist/kv_store.h"
+
+namespace qsync {
+namespace {
+
+using std::chrono::milliseconds;
+
+// gloo::rendezvous::Store over our store, with every key under `prefix`.
+class GlooStore : public gloo::rendezvous::Store {
+ public:
+  GlooStore(KeyValueStore& store, std::string prefix, milliseconds timeout)
+      : store_(store), client_(dynamic_cast<KeyValueClient*>(&store)),
+        prefix_(std::move(prefix)), timeout_(timeout) {}
+
+  void set(const std::string& key, const std::vector<char>& data) override {
+    store_.set(prefix_ + key, data);
+  }
+  std::vector<char> get(const std::string& key) override {
+    return client_ ? client_->get(prefix_ + key, timeout_) : store_.get(prefix_ + key);
+  }
+  void wait(const std::vector<std::string>& keys) override { wait(keys, timeout_); }
+  void wait(const std::vector<std::string>& keys, const milliseconds& timeout) override {
+    std::vector<std::string> prefixed;
+    for (const std::string& k : keys) prefixed.push_back(prefix_ + k);
+    if (client_) {
+      client_->wait(prefixed, timeout);
+    } else {
+      store_.wait(prefixed);
+    }
+  }
+
+ private:
+  KeyValueStore& store_;
+  KeyValueClient* client_;
+  std::string prefix_;
+  milliseconds timeout_;
+};
+
+// The address of this host on the route to the master (a UDP connect sends nothing).
+std::string local_address_towards(const RendezvousConfig& c) {
+  if (const char* name = std::getenv("QSYNC_GLOO_HOSTNAME"); name != nullptr && *name != '\0') {
+    return name;
+  }
+  const std::string fix = ": set QSYNC_GLOO_HOSTNAME to this host's IP address";
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_DGRAM;
+  addrinfo* found = nullptr;
+  const int rc = ::getaddrinfo(c.master_addr.c_str(), std::to_string(c.master_port).c_str(),
+                               &hints, &found);
+  if (rc != 0) {
+    throw CollectiveError("gloo: cannot resolve the master address '" + c.master_addr +
+                          "': " + ::gai_strerror(rc) + fix);
+  }
+  std::string address;
+  for (addrinfo* ai = found; ai != nullptr && address.empty(); ai = ai->ai_next) {
+    const int fd = ::socket(ai->ai_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) continue;
+    sockaddr_storage local{};
+    socklen_t len = sizeof local;
+    if (::connect(fd, ai->ai_addr, ai->ai_addrlen) == 0 &&
+        ::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) == 0) {
+      char text[INET6_ADDRSTRLEN] = {};
+      const void* raw = local.ss_family == AF_INET6
+                            ? static_cast<const void*>(&reinterpret_cast<sockaddr_in6*>(&local)->sin6_addr)
+                            : static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(&local)->sin_addr);
+      if (::inet_ntop(local.ss_family, raw, text, sizeof text) != nullptr) address = text;
+    }
+    ::close(fd);
+  }
+  ::freeaddrinfo(found);
+  if (address.empty()) {
+    throw CollectiveError("gloo: found no local address that routes to " + c.master_addr + fix);
+  }
+  return address;
+}
+
+using ReduceFunction = void (*)(void*, const void*, const void*, size_t);
+
+class GlooCollectives : public Collectives {
+ public:
+  GlooCollectives(Rendezvous& rv, milliseconds timeout)
+      : rank_(rv.config().rank), world_size_(rv.config().world_size), timeout_(timeout) {
+    if (timeout.count() <= 0) throw CollectiveError("gloo: the timeout must be positive");
+    struct sigaction current {};
+    if (::sigaction(SIGPIPE, nullptr, &current) == 0 && current.sa_handler == SIG_DFL) {
+      std::signal(SIGPIPE, SIG_IGN);
+    }
+    GlooStore store(rv.store(), rv.scope("gloo"), timeout);
+    const std::string hostname = local_address_towards(rv.config());
+    run("connect (to every peer, through the rendezvous store)", [&] {
+      gloo::transport::tcp::attr attr(hostname.c_str());
+      device_ = gloo::transport::tcp::CreateDevice(attr);
+      auto context = std::make_shared<gloo::rendezvous::Context>(rank_, world_size_);
+      context->setTimeout(timeout_);
+      context->connectFullMesh(store, device_);
+      context_ = std::move(context);
+    });
+  }
+
+  const char* backend() const override { return "gloo"; }
+  int rank() const override { return rank_; }
+  int world_size() const override { return world_size_; }
+
+  void all_reduce_sum(float* data, int64_t count) override { all_reduce(data, count); }
+  void all_reduce_sum(double* data, int64_t count) override { all_reduce(data, count); }
+
+  void broadcast(float* data, int64_t count, int root) override {
+    check_count(count, "broadcast");
+    if (root < 0 || root >= world_size_) {
+      throw CollectiveError("broadcast root " + std::to_string(root) + " is not a rank: use 0.." +
+                            std::to_string(world_size_ - 1));
+    }
+    if (count == 0 || world_size_ == 1) return;
+    run("broadcast", [&] {
+      gloo::BroadcastOptions opts(context_);
+      opts.setOutput(data, static_cast<size_t>(count));
+      opts.setRoot(root);
+      opts.setTag(next_tag());
+      opts.setTimeout(timeout_);
+      gloo::broadcast(opts);
+    });
+  }
+
+  void all_gather(const uint64_t* in, uint64_t* out, int64_t count) override {
+    check_count(count, "all_gather");
+    if (count == 0) return;
+    if (world_size_ == 1) {
+      std::memmove(out, in, static_cast<size_t>(count) * sizeof(uint64_t));
+      return;
+    }
+    run("all_gather", [&] {
+      gloo::AllgatherOptions opts(context_);
+      opts.setInput(const_cast<uint64_t*>(in), static_cast<size_t>(count));
+      opts.setOutput(out, static_cast<size_t>(count) * world_size_);
+      opts.setTag(next_tag());
+      opts.setTimeout(timeout_);
+      gloo::allgather(opts);
+    });
+  }
+
+  void barrier() override {
+    if (world_size_ == 1) return;
+    run("barrier", [&] {
+      gloo::BarrierOptions opts(context_);
+      opts.setTag(next_tag());
+      opts.setTimeout(timeout_);
+      gloo::barrier(opts);
+    });
+  }
+
+ private:
+  template <typename T>
+  void all_reduce(T* data, int64_t count) {
+    check_count(count, "all_reduce_sum");
+    if (count == 0 || world_size_ == 1) return;
+    run("all_reduce_sum", [&] {
+      gloo::AllreduceOptions opts(context_);
+      opts.setOutput(data, static_cast<size_t>(count));
+      opts.setReduceFunction(static_cast<ReduceFunction>(&gloo::sum<T>));
+      opts.setTag(next_tag());
+      opts.setTimeout(timeout_);
+      gloo::allreduce(opts);
+    });
+  }
+
+  void check_count(int64_t count, const char* op) const {
+    if (count < 0) {
+      throw CollectiveError(std::string(op) + ": element count " + std::to_string(count) +
+                            " is negative");
+    }
+  }
+
+  uint32_t next_tag() { return tag_++; }
+
+  std::string where() const {
+    return "rank " + std::to_string(rank_) + " of " + std::to_string(world_size_);
+  }
+
+  template <typename F>
+  void run(const char* op, F&& body) {
+    if (!failed_.empty()) {
+      throw CollectiveError("gloo " + std::string(op) + " on " + where() +
+                            ": this process group failed earlier (" + failed_ +
+                            ") and cannot be used again: restart the job from a checkpoint");
+    }
+    try {
+      body();
+    } catch (const std::exception& e) {
+      failed_ = op;
+      throw CollectiveError("gloo " + std::string(op) + " failed on " + where() + " (timeout " +
+                            format_duration(timeout_) + "): " + e.what() +
+                            ": a peer rank likely died or is unreachable; see the other ranks' "
+                            "logs, then restart the job from a checkpoint");
+    }
+  }
+
+  int rank_;
+  int world_size_;
+  milliseconds timeout_;
+  uint32_t tag_ = 0;
+  std::string failed_;
+  std::shared_ptr<gloo::transport::Device> device_;
+  std::shared_ptr<gloo::Context> context_;
+};
+
+class LocalCollectives : public Collectives {
+ public:
+  const char* backend() const override { return "local"; }
+  int rank() const override { return 0; }
+  int world_size() const override { return 1; }
+  void all_reduce_sum(float*, int64_t) override {}
+  void all_reduce_sum(double*, int64_t) override {}
+  void broadcast(float*, int64_t, int root) override {
+    if (root != 0) {
+      throw CollectiveError("broadcast root " + std::to_string(root) +
+                            " is not a rank: a single-rank job has only rank 0");
+    }
+  }
+  void all_gather(const uint64_t* in, uint64_t* out, int64_t count) override {
+    if (count > 0) std::memmove(out, in, static_cast<size_t>(count) * sizeof(uint64_t));
+  }
+  void barrier() override {}
+};
+
+}  // namespace
+
+std::unique_ptr<Collectives> collectives_local() { return std::make_unique<LocalCollectives>(); }
+
+std::unique_ptr<Collectives> collectives_gloo(Rendezvous& rv, milliseconds timeout) {
+  return std::make_unique<GlooCollectives>(rv, timeout);
+}
+
+}  // namespace qsync
