@@ -57,6 +57,7 @@ This is a benchmark, not a test: it asserts nothing about speed.
 
 import argparse
 import datetime
+import hashlib
 import json
 import os
 import platform
@@ -138,6 +139,15 @@ def cpu_flags():
     except OSError:
         pass
     return set()
+
+
+def file_sha256(path):
+    """The SHA-256 of a file (to tell which worker build was measured)."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
 
 
 def load_average():
@@ -484,6 +494,8 @@ def main(argv):
                "cpu_flags": sorted(f for f in flags if f.startswith(("avx", "amx"))),
                "load_before": load_average(), "threads": args.threads, "steps": args.steps,
                "torch_warmup": args.warmup, "repeats": args.repeats, "worker": args.worker,
+               "worker_sha256": file_sha256(args.worker),
+               "worker_mtime": datetime.datetime.fromtimestamp(os.path.getmtime(args.worker)).isoformat(timespec="seconds"),
                "openblas_coretype": args.openblas_core or "(OpenBLAS's own detection)",
                "ours_timing": ("median of the %d steps after %d warm-up steps (per-step --log-json)"
                                % (args.steps, args.warmup) if args.log_json else

@@ -125,6 +125,16 @@ RunResult run_job_locally(const RunOptions& in) {
     throw std::invalid_argument(job.source + ": allocator '" + job.allocator +
                                 "' is not available yet; use planning.allocator: uniform");
   const ModelDesc model = model_desc_find(job.model);
+  // Every worker's device class is checked before any worker starts (a bad class found while
+  // spawning would leave the ranks already started waiting for the rest at the rendezvous).
+  std::vector<const DeviceClass*> classes;
+  for (size_t r = 0; r < job.local_workers.size(); ++r) {
+    try {
+      classes.push_back(&device_class_by_name(job.local_workers[r].device_class));
+    } catch (const std::invalid_argument& e) {
+      throw std::invalid_argument(job.source + ": spec.pool.local[" + std::to_string(r) + "].deviceClass: " + e.what());
+    }
+  }
   if (o.work_dir.empty()) o.work_dir = "qsync-runs/" + job.name;
   if (o.worker_binary.empty()) o.worker_binary = default_worker_binary();
   if (!fs::exists(o.worker_binary)) throw std::runtime_error("worker binary " + o.worker_binary + " not found: build it first");
@@ -145,10 +155,10 @@ RunResult run_job_locally(const RunOptions& in) {
     RankOutcome outcome;
     outcome.rank = r;
     outcome.requested_class = w.device_class;
-    const DeviceClass& c = device_class_fallback(device_class_by_name(w.device_class));
+    const DeviceClass& c = device_class_fallback(*classes[size_t(r)]);
     outcome.device_class = c.name;
     if (c.name != w.device_class) {
-      outcome.note = device_class_availability(device_class_by_name(w.device_class)).note;
+      outcome.note = device_class_availability(*classes[size_t(r)]).note;
       progress.message("note: rank " + std::to_string(r) + ": " + outcome.note + "; running it as " + c.name);
     }
     RankPlan plan = plan_uniform(model, layer_precision_from_name(w.precision.empty() ? job.precision : w.precision));

@@ -40,6 +40,17 @@ class BackwardListener {
   virtual void layer_backward_done(Layer& layer) = 0;
 };
 
+// Sees the operands of every GEMM-like layer (Linear, Conv2d, attention's projections), for
+// calibration statistics (worker/calibration.h). forward: x the layer's FP32 input as it arrived
+// (Conv2d: the image, before im2col), w the FP32 master weight. backward: dy the FP32 output
+// gradient, dw the weight gradient accumulated so far (this step's when the gradients were zeroed).
+class LayerObserver {
+ public:
+  virtual ~LayerObserver() = default;
+  virtual void gemm_forward(const Layer& layer, const Tensor& x, const Tensor& w) = 0;
+  virtual void gemm_backward(const Layer& layer, const Tensor& dy, const Tensor& dw) = 0;
+};
+
 // What every layer sees during a step.
 struct StepContext {
   MemoryAccount* memory = nullptr;
@@ -52,6 +63,7 @@ struct StepContext {
   bool sixteen_bit_native = true;
   OpTimer* timer = nullptr;
   BackwardListener* backward_listener = nullptr;
+  LayerObserver* observer = nullptr;  // calibration only
 };
 
 class Layer {

@@ -10,6 +10,9 @@
 //                      [--metrics-port N] [--job-name S] [--log-json]
 //                      [--rank R] [--world-size N] [--master-addr A] [--master-port P]
 //                      [--bucket-mib X] [--weight-hash-every N] [--collective-timeout SECONDS]
+//   qsync-worker calibrate --model FILE|NAME [--data DIR] [--steps N] [--batch B] --out FILE
+//   qsync-worker profile --model FILE|NAME --device-class C --batch B --out FILE [--threads N]
+//                        [--data DIR] [--steps S]
 #include <cstdio>
 #include <cstring>
 #include <functional>
@@ -17,6 +20,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "worker/calibration.h"
+#include "worker/profiler.h"
 #include "worker/trainer.h"
 
 namespace qsync {
@@ -64,8 +69,14 @@ TrainConfig parse_train(int argc, char** argv) {
       {"--data", [&](const std::string& v) { c.data = v; }},
       {"--plan", [&](const std::string& v) { c.plan_path = v; }},
       {"--precision", [&](const std::string& v) { c.precision = v; }},
-      {"--steps", [&](const std::string& v) { c.steps = parse_int("--steps", v); }},
-      {"--epochs", [&](const std::string& v) { c.epochs = parse_double("--epochs", v); }},
+      {"--steps", [&](const std::string& v) {
+         c.steps = parse_int("--steps", v);
+         if (c.steps < 1) throw std::invalid_argument("--steps must be at least 1, got " + v);
+       }},
+      {"--epochs", [&](const std::string& v) {
+         c.epochs = parse_double("--epochs", v);
+         if (!(c.epochs > 0)) throw std::invalid_argument("--epochs must be positive, got " + v);
+       }},
       {"--batch", [&](const std::string& v) { c.batch = parse_int("--batch", v); }},
       {"--lr", [&](const std::string& v) { c.optimizer.lr = parse_double("--lr", v); }},
       {"--optimizer", [&](const std::string& v) { c.optimizer.kind = optimizer_kind_from_name(v); }},
@@ -117,6 +128,8 @@ TrainConfig parse_train(int argc, char** argv) {
 int worker_main(int argc, char** argv) {
   if (argc < 2 || std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "-h") == 0) {
     std::fputs(USAGE, argc < 2 ? stderr : stdout);
+    std::fputs(CALIBRATE_USAGE, argc < 2 ? stderr : stdout);
+    std::fputs(PROFILE_USAGE, argc < 2 ? stderr : stdout);
     return argc < 2 ? 2 : 0;
   }
   const std::string cmd = argv[1];
@@ -124,7 +137,16 @@ int worker_main(int argc, char** argv) {
     train_run(parse_train(argc - 2, argv + 2));
     return 0;
   }
-  throw std::invalid_argument("unknown command '" + cmd + "' (commands: train)\n" + USAGE);
+  if (cmd == "calibrate") {
+    calibrate_run(calibrate_parse_args(argc - 2, argv + 2));
+    return 0;
+  }
+  if (cmd == "profile") {
+    profile_run(profile_parse_args(argc - 2, argv + 2));
+    return 0;
+  }
+  throw std::invalid_argument("unknown command '" + cmd + "' (commands: train, calibrate, profile)\n" + USAGE +
+                              CALIBRATE_USAGE + PROFILE_USAGE);
 }
 
 }  // namespace

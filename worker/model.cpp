@@ -4,6 +4,9 @@
 
 #include <cstring>
 
+#include "worker/layers/attention.h"
+#include "worker/layers/container.h"
+
 namespace qsync {
 
 Model::Model(const ModelDesc& desc, MemoryAccount* memory, uint64_t seed)
@@ -31,6 +34,24 @@ Tensor Model::forward(const Tensor& x, StepContext& ctx) {
 }
 
 void Model::backward(const Tensor& dlogits, StepContext& ctx) { (void)root_->backward(dlogits, ctx); }
+
+namespace {
+
+void visit(Layer& l, const std::function<void(Layer&)>& f) {
+  f(l);
+  if (auto* s = dynamic_cast<SequentialLayer*>(&l)) {
+    for (const auto& child : s->children()) visit(*child, f);
+  } else if (auto* r = dynamic_cast<ResidualLayer*>(&l)) {
+    visit(r->body(), f);
+  } else if (auto* a = dynamic_cast<AttentionLayer*>(&l)) {
+    visit(a->qkv(), f);
+    visit(a->proj(), f);
+  }
+}
+
+}  // namespace
+
+void Model::visit_layers(const std::function<void(Layer&)>& f) { visit(*root_, f); }
 
 void Model::zero_grad() {
   for (Parameter* p : parameters_) std::memset(p->grad.data(), 0, size_t(p->grad.bytes()));

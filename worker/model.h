@@ -3,6 +3,7 @@
 // applied to them, and one training step's forward and backward.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -32,6 +33,9 @@ class Model {
   void backward(const Tensor& dlogits, StepContext& ctx);
   void zero_grad();
   int64_t saved_bytes() const { return root_->saved_bytes(); }
+  // Every layer, depth first in forward order: a container before its children, an attention
+  // layer before its qkv and proj projections (per-layer profiling: saved bytes by name).
+  void visit_layers(const std::function<void(Layer&)>& f);
 
   // FNV-1a over the parameter values: a cheap cross-rank weight-equality check.
   uint64_t weight_hash() const;

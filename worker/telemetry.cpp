@@ -5,7 +5,9 @@
 #include "worker/telemetry.h"
 
 #include <arpa/inet.h>
+#include <dlfcn.h>
 #include <netinet/in.h>
+#include <pthread.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -19,6 +21,20 @@
 #include <prometheus/histogram.h>
 #include <prometheus/registry.h>
 #include <stdexcept>
+
+// civetweb, as Debian builds it (USE_STACK_SIZE=102400), starts its threads with 100 KiB stacks.
+// glibc carves a thread's static TLS out of its stack and refuses (EINVAL) a stack that cannot
+// hold it: in a CUDA build, libcublasLt alone brings 94 KiB of static TLS, so civetweb cannot
+// start a thread and every --metrics-port failed ("null context when constructing CivetServer").
+// This definition in the executable interposes the libc one for the whole process: a stack size
+// under 1 MiB gets 1 MiB more (room for any static TLS); larger requests pass unchanged.
+extern "C" int pthread_attr_setstacksize(pthread_attr_t* attr, size_t size) {
+  using Fn = int (*)(pthread_attr_t*, size_t);
+  static const Fn next = reinterpret_cast<Fn>(dlsym(RTLD_NEXT, "pthread_attr_setstacksize"));
+  if (next == nullptr) return ENOSYS;
+  constexpr size_t TLS_ALLOWANCE = size_t(1) << 20;
+  return next(attr, size < TLS_ALLOWANCE ? size + TLS_ALLOWANCE : size);
+}
 
 namespace qsync {
 namespace {
@@ -106,9 +122,9 @@ WorkerTelemetry::WorkerTelemetry(const WorkerTelemetryConfig& config)
   const std::string listen = listen_spec(config.bind_address, config.port);
   try {
     exposer_ = std::make_unique<prometheus::Exposer>(listen, 2);
-  } catch (const std::exception&) {
+  } catch (const std::exception& e) {
     throw std::runtime_error("cannot serve metrics on " + listen + ": " +
-                             probe_bind_failure(config.bind_address, config.port));
+                             probe_bind_failure(config.bind_address, config.port) + " (civetweb: " + e.what() + ")");
   }
   exposer_->RegisterCollectable(registry_);
   const std::vector<int> ports = exposer_->GetListeningPorts();

@@ -145,6 +145,10 @@ TEST(WorkerCli, BadNumbersAndFlags) {
   expect_refused({"--model", "mlp", "--frobnicate"}, {"unknown argument '--frobnicate'", "usage:"});
   expect_refused({"--model", "mlp", "--steps"}, {"--steps needs a value"});
   expect_refused({"--model", "mlp", "--steps", "ten"}, {"--steps", "'ten'"});
+  // Not read as "no step count given" (which would train a whole epoch).
+  expect_refused({"--model", "mlp", "--steps", "-3"}, {"--steps must be at least 1, got -3"});
+  expect_refused({"--model", "mlp", "--steps", "0"}, {"--steps must be at least 1, got 0"});
+  expect_refused({"--model", "mlp", "--epochs", "-1"}, {"--epochs must be positive, got -1"});
   expect_refused({"--steps", "1"}, {"--model is required"});
 }
 

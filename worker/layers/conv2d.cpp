@@ -115,6 +115,7 @@ int64_t Conv2dLayer::chunk_samples() const { return std::max<int64_t>(1, 2048 / 
 
 Tensor Conv2dLayer::forward(const Tensor& x, StepContext& ctx) {
   const int64_t batch = x.dim(0), hw = g_.oh * g_.ow, ckk = g_.c * g_.k * g_.k;
+  if (ctx.observer) ctx.observer->gemm_forward(*this, x, weight_.value);  // the image: see LayerObserver
   const Tensor xc = cast_activation(x, precision_, ctx, name(), OperandRole::B);  // (B, C, H, W)
   const Tensor wc = cast_weight(weight_.value, precision_, ctx, name(), OperandRole::A);  // (O, CKK)
   Tensor y = Tensor::empty({batch, o_, g_.oh, g_.ow}, Precision::FP32, ctx.memory, name() + " output");
@@ -203,6 +204,7 @@ Tensor Conv2dLayer::backward(const Tensor& dy, StepContext& ctx) {
     OpClock clock(ctx, name() + ".gemm_weight_grad");
     matmul(gc, Transpose::NO, cols_n, Transpose::YES, weight_.grad.f32(), 1.0f);  // (O, CKK)
   }
+  if (ctx.observer) ctx.observer->gemm_backward(*this, dy, weight_.grad);
   x_saved_ = Tensor();
   w_saved_ = Tensor();
   return dx;

@@ -38,6 +38,7 @@ Tensor LinearLayer::forward(const Tensor& x_in, StepContext& ctx) {
   x_shape_ = x_in.shape();
   const int64_t m = x_in.numel() / in_;
   const Tensor x = x_in.reshape({m, in_});                        // (M, K) fp32
+  if (ctx.observer) ctx.observer->gemm_forward(*this, x_in, weight_.value);
   const Tensor xc = cast_activation(x, precision_, ctx, name(), OperandRole::A);  // (M, K) forward precision
   const Tensor wc = cast_weight(weight_.value, precision_, ctx, name(), OperandRole::B);
   Shape y_shape = x_shape_;
@@ -84,6 +85,7 @@ Tensor LinearLayer::backward(const Tensor& dy_in, StepContext& ctx) {
     OpClock clock(ctx, name() + ".gemm_weight_grad");
     matmul(g, Transpose::YES, xb, Transpose::NO, weight_.grad.f32(), 1.0f);
   }
+  if (ctx.observer) ctx.observer->gemm_backward(*this, dy_in, weight_.grad);
   x_saved_ = Tensor();
   w_saved_ = Tensor();
   return dx;

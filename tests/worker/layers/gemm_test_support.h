@@ -28,10 +28,10 @@
 
 namespace qsync::testing {
 
+// (A class this CPU lacks runs as its fallback, the class the trainer would run it as.)
 inline const DeviceClass& activate_test_device_class() {
   const char* env = std::getenv("QSYNC_TEST_DEVICE_CLASS");
-  const DeviceClass& c = env != nullptr && *env != '\0' ? device_class_by_name(env)
-                                                        : device_class_fallback(device_class_by_name("cpu-amx"));
+  const DeviceClass& c = device_class_fallback(device_class_by_name(env != nullptr && *env != '\0' ? env : "cpu-amx"));
   device_class_activate(c, 1);
   return c;
 }
@@ -173,7 +173,7 @@ inline PrecisionErrors measure_precision_errors(Layer& layer, LayerPrecision p, 
 // weights. Per-element rounding errors are independent across the K terms of a dot product, so
 // they add in quadrature like the signal does: the relative error of a GEMM output is the rms
 // relative error of its operands' elements, combined in quadrature over the two operands.
-//   Floating formats with m explicit mantissa bits (RNE): the spacing at v in [2^e, 2^e+1) is
+//   Floating formats with m explicit mantissa bits (RNE): the spacing at v in [2^e, 2^(e+1)) is
 //   2^(e-m), the error uniform in +-spacing/2, so rms(err / v) = 2^-m / sqrt(12) * sqrt(E[1/t^2])
 //   with t log-uniform in [1, 2): sqrt(0.541) = 0.736. Per operand: bf16 (m = 7) 0.17%, fp16
 //   (m = 10) 0.021%, E4M3 (m = 3) 2.7%, E5M2 (m = 2) 5.3%. (FP8 scales put amax at max_finite,
@@ -187,7 +187,7 @@ inline PrecisionErrors measure_precision_errors(Layer& layer, LayerPrecision p, 
 //   Weights (per output channel, U(+-b), amax ~ b, rms b / sqrt(3)): 0.39% at 127, 0.79% at 63;
 //   re-quantized per tensor for int8-all's backward: the same within a few percent.
 //   Gradients (int8-all, per tensor, stochastic, N(0, 1)): 1.3% at 127, 2.6% at 63.
-//   int8:     y  sqrt(x^2 + w^2) <= sqrt(1.8^2 + 0.79^2) = 2.0% (either role at 63)
+//   int8:     y  sqrt(x^2 + w^2) <= sqrt(1.8^2 + 0.79^2) = 2.0% (both at 63: only A is)
 //             dx dy and the INT8 weight in bf16: sqrt(0.79^2 + 0.24^2) = 0.8%
 //             dW dy and the INT8 input in bf16:  sqrt(1.8^2 + 0.24^2) = 1.8%
 //             (the backward's 16-bit format is bf16, or fp16 emulated where the class has no

@@ -1,0 +1,149 @@
+// File: bench/allreduce_bench.cpp
+// qsync-bench-allreduce: latency and bandwidth of the Gloo all-reduce (sum of FP32) versus message
+// size, between N local ranks over loopback TCP (forked processes). Not a test: medians of
+// repeated calls. Bus bandwidth = bytes * 2(N-1)/N / time, the ring's per-link traffic.
+// --comm-profile FILE writes the planner's communication profile (planner/device_profile.h):
+// seconds = alpha + beta * bytes fitted by least squares (fit_linear_cost) over the medians.
+//
+//   build/bin/qsync-bench-allreduce [--ranks 2] [--reps 20] [--max-mib 64] [--json FILE]
+//                                   [--comm-profile FILE]
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "planner/device_profile.h"
+#include "worker/dist/collectives.h"
+
+namespace {
+
+int free_port() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  close(fd);
+  return ntohs(a.sin_port);
+}
+
+// One rank: every size, `reps` timed all-reduces after a warm-up; rank 0 writes the rows.
+int run_rank(int rank, int ranks, int port, int reps, int64_t max_bytes, const std::string& out_path) {
+  qsync::RendezvousConfig rc;
+  rc.master_addr = "127.0.0.1";
+  rc.master_port = port;
+  rc.rank = rank;
+  rc.world_size = ranks;
+  rc.timeout = std::chrono::milliseconds(30000);
+  qsync::Rendezvous rv(rc);
+  auto coll = qsync::collectives_gloo(rv, rc.timeout);
+  nlohmann::json rows = nlohmann::json::array();
+  for (int64_t bytes = 4; bytes <= max_bytes; bytes *= 4) {
+    std::vector<float> data(size_t(bytes / 4), 1.0f);
+    coll->all_reduce_sum(data.data(), int64_t(data.size()));
+    std::vector<double> t;
+    for (int r = 0; r < reps; ++r) {
+      coll->barrier();
+      const auto t0 = std::chrono::steady_clock::now();
+      coll->all_reduce_sum(data.data(), int64_t(data.size()));
+      t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    }
+    std::sort(t.begin(), t.end());
+    const double med = t[t.size() / 2];
+    rows.push_back({{"bytes", bytes}, {"median_seconds", med}, {"algbw_gbps", double(bytes) / med * 1e-9},
+                    {"busbw_gbps", double(bytes) * 2.0 * (ranks - 1) / ranks / med * 1e-9}});
+  }
+  if (rank == 0) std::ofstream(out_path) << rows.dump();
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int ranks = 2, reps = 20;
+  int64_t max_mib = 64;
+  std::string json_path, comm_path;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (i + 1 >= argc && a != "--help") {
+      std::fprintf(stderr, "qsync-bench-allreduce: %s needs a value\n", a.c_str());
+      return 2;
+    }
+    if (a == "--ranks") ranks = std::stoi(argv[++i]);
+    else if (a == "--reps") reps = std::stoi(argv[++i]);
+    else if (a == "--max-mib") max_mib = std::stoll(argv[++i]);
+    else if (a == "--json") json_path = argv[++i];
+    else if (a == "--comm-profile") comm_path = argv[++i];
+    else {
+      std::printf("usage: qsync-bench-allreduce [--ranks N] [--reps N] [--max-mib M] [--json FILE] [--comm-profile FILE]\n");
+      return a == "--help" ? 0 : 2;
+    }
+  }
+  const int port = free_port();
+  char tmp[] = "/tmp/qsync-allreduce-XXXXXX";
+  const int fd = mkstemp(tmp);
+  close(fd);
+  std::vector<pid_t> pids;
+  for (int r = 0; r < ranks; ++r) {
+    const pid_t pid = fork();
+    if (pid == 0) {
+      try {
+        _exit(run_rank(r, ranks, port, reps, max_mib << 20, tmp));
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "rank %d: %s\n", r, e.what());
+        _exit(1);
+      }
+    }
+    pids.push_back(pid);
+  }
+  bool ok = true;
+  for (pid_t p : pids) {
+    int status = 0;
+    waitpid(p, &status, 0);
+    ok = ok && WIFEXITED(status) && WEXITSTATUS(status) == 0;
+  }
+  if (!ok) {
+    std::fprintf(stderr, "qsync-bench-allreduce: a rank failed\n");
+    return 1;
+  }
+  std::ifstream in(tmp);
+  const nlohmann::json rows = nlohmann::json::parse(in);
+  unlink(tmp);
+  std::printf("Gloo all-reduce (sum, fp32), %d ranks over loopback TCP, median of %d\n", ranks, reps);
+  std::printf("%12s %12s %12s %12s\n", "bytes", "time us", "algbw GB/s", "busbw GB/s");
+  for (const auto& r : rows)
+    std::printf("%12lld %12.1f %12.3f %12.3f\n", (long long)r["bytes"].get<int64_t>(),
+                r["median_seconds"].get<double>() * 1e6, r["algbw_gbps"].get<double>(), r["busbw_gbps"].get<double>());
+  if (!json_path.empty()) std::ofstream(json_path) << nlohmann::json{{"ranks", ranks}, {"rows", rows}}.dump(2) << "\n";
+  if (!comm_path.empty()) {
+    std::vector<int64_t> bytes;
+    std::vector<double> seconds;
+    for (const auto& r : rows) {
+      bytes.push_back(r["bytes"].get<int64_t>());
+      seconds.push_back(r["median_seconds"].get<double>());
+    }
+    const qsync::LinearCost fit = qsync::fit_linear_cost(bytes, seconds);
+    qsync::CommProfile c;
+    c.world_size = ranks;
+    c.alpha = fit.b;
+    c.beta = fit.a;
+    c.source = "measured: Gloo all-reduce (sum, fp32) of " + std::to_string(ranks) +
+               " ranks over loopback TCP, median of " + std::to_string(reps) + " per size, 4 B to " +
+               std::to_string(max_mib) + " MiB, least-squares fit";
+    qsync::comm_profile_write(comm_path, c);
+    std::printf("comm profile: alpha %.1f us, beta %.3f ns/byte (%.2f GB/s) -> %s\n", c.alpha * 1e6, c.beta * 1e9,
+                c.beta > 0 ? 1e-9 / c.beta : 0.0, comm_path.c_str());
+  }
+  return 0;
+}

@@ -1,0 +1,214 @@
+// File: planner/allocator_exact.cpp
+// The "exact" strategy: per rank, the least-indicator plan whose step bound stays within the
+// target and whose memory fits, by the chain DP of planner/allocator_solver.h; then, with
+// allow_batch_moves, moves of a few samples from quantized ranks to others while that lowers
+// the total indicator.
+//
+// Why per rank is enough: the job's step time is max_r bound(r) (allocator_model.h) and the
+// objective is a sum over ranks, so once the target is fixed the ranks' problems are independent
+// and their optima add up to the job's optimum.
+// Why the DP's deadlines are exact: bound(r) <= target holds iff the rank's backward ends by
+// target - optimizer(r) and, for every gradient bucket k, its ready time (the backward end of
+// its first leaf) is at most target - (all-reduce seconds of buckets k..last) - the slowest
+// optimizer: the all-reduce chain ends at max_k(ready_k + those seconds). These are the chain
+// DP's per-leaf deadlines, so the DP solves the rank's problem itself, not a relaxation; its only
+// gap is the time discretization (at most m / bins of the slack, allocator_solver.h).
+// Why no previous-layer precision in the DP state: in our engine every layer outputs FP32 (a
+// GEMM layer dequantizes/upcasts its own output), so the cast a GEMM layer needs depends only on
+// its own precision and is already inside its profiled cost; a layer's cost does not depend on
+// its neighbours. (An engine that kept low-precision activations between layers would carry the
+// previous slot's precision in the state and add the neighbour cast to each transition.)
+// The plan is then checked with the exact bound (and the allocation replayed by replay_step);
+// should rounding ever push it over, the deadlines are tightened by the excess and the rank
+// re-solved (a safety net: a note says so if it is ever used).
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <stdexcept>
+
+#include "planner/allocator_model.h"
+#include "planner/allocator_solver.h"
+
+namespace qsync {
+namespace {
+
+constexpr int TIGHTEN_ROUNDS = 4;
+constexpr int MAX_BATCH_MOVES = 32;
+constexpr int64_t MOVE_SIZES[] = {1, 2, 4, 8, 16};
+
+// The rank as a chain problem: its leaves' fixed work, the deadlines of `target` (none when
+// target is infinite), and per slot its scored options (value: indicator, or seconds when
+// `value_is_time`). `index` maps the problem's options back to the slots' option indices.
+struct RankChain {
+  ChainProblem problem;
+  std::vector<std::vector<int>> index;
+};
+
+RankChain rank_chain(const JobModel& job, const RankModel& rank, double target, double tighten, bool value_is_time) {
+  RankChain c;
+  for (size_t j = 0; j < rank.fixed_forward.size(); ++j) {
+    ChainLeaf leaf;
+    leaf.forward = rank.fixed_forward[j];
+    leaf.backward = rank.fixed_backward[j];
+    c.problem.leaves.push_back(leaf);
+  }
+  if (std::isfinite(target) && !c.problem.leaves.empty()) {
+    c.problem.leaves[0].deadline = target - tighten - rank.optimizer;
+    double later = 0;  // all-reduce seconds of this bucket and every later one
+    for (size_t k = job.buckets.size(); k-- > 0;) {
+      later += job.request->comm.seconds(job.buckets[k].bytes);
+      double& d = c.problem.leaves[job.buckets[k].first_leaf].deadline;
+      d = std::min(d, target - tighten - later - job.optimizer_max);
+    }
+  }
+  c.problem.memory_budget = rank.memory_budget > 0 ? rank.memory_budget - rank.fixed_memory : -1;
+  c.problem.bins = job.request->time_bins;
+  for (const GemmSlot& s : rank.slots) {
+    ChainSlot slot;
+    slot.leaf = s.leaf;
+    c.index.emplace_back();
+    for (size_t o = 0; o < s.options.size(); ++o) {
+      const GemmOption& g = s.options[o];
+      if (std::isnan(g.indicator)) continue;
+      slot.options.push_back({g.forward, g.backward, g.memory, value_is_time ? g.seconds() : g.indicator});
+      c.index.back().push_back(int(o));
+    }
+    if (slot.options.empty())
+      throw std::invalid_argument("rank " + std::to_string(rank.rank) + " (" + rank.device_class +
+                                  "): no profiled precision of layer '" + s.layer->name +
+                                  "' has an indicator value; pass calibration statistics that cover it");
+    c.problem.slots.push_back(std::move(slot));
+  }
+  return c;
+}
+
+Choice to_choice(const RankChain& c, const std::vector<int>& picked) {
+  Choice out(picked.size());
+  for (size_t s = 0; s < picked.size(); ++s) out[s] = c.index[s][size_t(picked[s])];
+  return out;
+}
+
+double rank_indicator(const RankModel& rank, const Choice& c) {
+  double v = 0;
+  for (size_t s = 0; s < c.size(); ++s) v += rank.slots[s].options[size_t(c[s])].indicator;
+  return v;
+}
+
+}  // namespace
+
+Choice fastest_choice(const JobModel& job, const RankModel& rank) {
+  const RankChain c = rank_chain(job, rank, std::numeric_limits<double>::infinity(), 0, true);
+  const ChainResult r = solve_chain(c.problem);
+  if (!r.feasible)
+    throw InfeasiblePlan("rank " + std::to_string(rank.rank) + " (" + rank.device_class +
+                         ") cannot hold the model within its memory budget using the precisions the indicator scores; "
+                         "raise its memoryBudget or pass calibration statistics that score its low precisions");
+  return to_choice(c, r.choice);
+}
+
+Choice solve_rank_exact(const JobModel& job, const RankModel& rank, double target, bool& met, bool& certified) {
+  met = false;
+  certified = true;
+  // The greedy plan, when it meets the target, bounds the DP: states that cannot beat it go.
+  bool greedy_met = false;
+  const Choice greedy = greedy_rank(job, rank, target, greedy_met);
+  double tighten = 0;
+  for (int round = 0; round < TIGHTEN_ROUNDS; ++round) {
+    RankChain c = rank_chain(job, rank, target, tighten, false);
+    if (greedy_met) c.problem.upper_bound = rank_indicator(rank, greedy);
+    const ChainResult r = solve_chain(c.problem);
+    if (!r.feasible && greedy_met) {  // nothing beats greedy: it is optimal within the gap
+      met = true;
+      return greedy;
+    }
+    if (!r.feasible) break;
+    const Choice choice = to_choice(c, r.choice);
+    const double bound = evaluate_rank(job, rank, choice).bound;
+    if (within_target(bound, target)) {
+      met = true;
+      return choice;
+    }
+    certified = false;
+    tighten += (bound - target) * (1 + 1e-9);
+  }
+  certified = false;
+  return fastest_choice(job, rank);
+}
+
+std::vector<Choice> allocate_exact(JobModel& job, double target, std::vector<std::string>& notes) {
+  std::vector<Choice> choices;
+  std::vector<bool> met(job.ranks.size());
+  for (size_t r = 0; r < job.ranks.size(); ++r) {
+    bool ok = false, certified = false;
+    choices.push_back(solve_rank_exact(job, job.ranks[r], target, ok, certified));
+    met[r] = ok;
+    const std::string name = "rank " + std::to_string(r) + " (" + job.ranks[r].device_class + ")";
+    if (!ok)
+      notes.push_back(name + " cannot reach the step-time target even at its fastest precisions; it runs its fastest plan "
+                             "that fits in memory (lower its local batch or raise the target)");
+    else if (!certified)
+      notes.push_back(name + ": its first plan broke the target by rounding and was re-solved with tightened deadlines; "
+                             "feasible, but not certified optimal");
+  }
+  if (!job.request->allow_batch_moves) return choices;
+
+  // Batch moves: b samples from a rank with a positive indicator to another rank, when both
+  // re-solved plans meet the target and the two ranks' indicator sum drops. Solves are cached
+  // per (rank, batch): the target is fixed, so a rank's plan depends only on its batch.
+  struct Solved {
+    RankModel model;
+    Choice choice;
+    double indicator = 0;
+    bool ok = false;
+  };
+  std::map<std::pair<size_t, int64_t>, Solved> cache;
+  auto solve_at = [&](size_t r, int64_t batch) -> const Solved& {
+    auto key = std::make_pair(r, batch);
+    if (auto it = cache.find(key); it != cache.end()) return it->second;
+    Solved s;
+    s.model = rank_model(job, r, batch);
+    try {
+      check_memory_feasible(s.model);
+      bool certified = false;
+      s.choice = solve_rank_exact(job, s.model, target, s.ok, certified);
+      s.indicator = rank_indicator(s.model, s.choice);
+    } catch (const InfeasiblePlan&) {
+      s.ok = false;
+    }
+    return cache.emplace(key, std::move(s)).first->second;
+  };
+  for (int round = 0; round < MAX_BATCH_MOVES; ++round) {
+    double best_gain = 1e-12;
+    size_t best_from = 0, best_to = 0;
+    int64_t best_b = 0;
+    for (size_t w = 0; w < job.ranks.size(); ++w) {
+      const double ind_w = rank_indicator(job.ranks[w], choices[w]);
+      if (!met[w] || !(ind_w > 0)) continue;
+      for (size_t s = 0; s < job.ranks.size(); ++s) {
+        if (s == w || !met[s]) continue;
+        const double ind_s = rank_indicator(job.ranks[s], choices[s]);
+        for (int64_t b : MOVE_SIZES) {
+          if (b >= job.ranks[w].local_batch) break;
+          const Solved& a = solve_at(w, job.ranks[w].local_batch - b);
+          const Solved& c = solve_at(s, job.ranks[s].local_batch + b);
+          if (!a.ok || !c.ok) continue;
+          const double gain = (ind_w + ind_s) - (a.indicator + c.indicator);
+          if (gain > best_gain) best_gain = gain, best_from = w, best_to = s, best_b = b;
+        }
+      }
+    }
+    if (best_b == 0) break;
+    for (auto [r, batch] : {std::make_pair(best_from, job.ranks[best_from].local_batch - best_b),
+                            std::make_pair(best_to, job.ranks[best_to].local_batch + best_b)}) {
+      const Solved& s = solve_at(r, batch);
+      job.ranks[r] = s.model;
+      choices[r] = s.choice;
+    }
+    notes.push_back("batch move: " + std::to_string(best_b) + " samples from rank " + std::to_string(best_from) +
+                    " to rank " + std::to_string(best_to) + " lower the total indicator by " + std::to_string(best_gain));
+  }
+  return choices;
+}
+
+}  // namespace qsync

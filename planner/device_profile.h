@@ -1,0 +1,156 @@
+// File: planner/device_profile.h
+// Device profiles: what one device class costs for one model at one local batch, measured by
+// `qsync-worker profile` (or estimated for GPU classes that cannot be measured here), and the
+// communication profile of the all-reduce. Versioned JSON, keyed by model (name + hash), device
+// class and batch. A measured profile always wins over an estimate.
+//
+// Per GEMM layer and layer precision: forward and backward seconds (the GEMMs and the layer's own
+// casts of weights and saved tensors), saved activation bytes and weight-copy bytes. Per other
+// (non-GEMM) layer: forward/backward seconds and saved bytes at FP32 (they always run in FP32).
+// Casts between neighbouring precisions (the input cast of a GEMM layer whose input arrives in
+// FP32): seconds = a * numel + b per (from, to) storage precision. Optimizer step seconds.
+//
+// Times scale linearly with the local batch for the replayer's batch moves:
+//   t(batch) = t(profile batch) * batch / profile batch  (documented approximation)
+//
+// Which costs include which casts (so that nothing is counted twice):
+//   * A GEMM layer's forward_seconds include its own casts: the input cast (FP32 -> its forward
+//     precision, "cast_x") and the weight cast ("cast_w"). Its backward_seconds include the
+//     output-gradient cast ("cast_dy"), the casts of the saved operands for the backward GEMMs
+//     ("cast_saved_x", "cast_saved_w", "cast_w_backward") and both backward GEMMs. This is how
+//     the worker runs: layers exchange FP32 tensors and every GEMM layer casts for itself.
+//   * `casts` (and `channel_casts`) are NOT part of any layer's cost: they price one cast alone,
+//     for the planner's explanations ("conv2 int8 spends 0.3 ms quantizing its input") and for
+//     neighbour-aware extensions that would pass low-precision tensors between layers. A
+//     replayer that follows the worker adds no cast on top of the layer costs.
+//   * other_layers are FP32 costs of the non-GEMM leaves. An attention leaf's entry is its own
+//     part (scores, softmax, heads): its qkv and proj projections are GEMM layers of their own.
+//   * optimizer_seconds: one optimizer step over every parameter (precision independent).
+// saved_bytes of a GEMM layer is its saved input (in the forward precision); weight_bytes the
+// low-precision weight copy kept for backward (0 at fp32, where backward reads the master).
+//
+// Measured profile files are named "<model>.<class>.b<batch>.profile.json" and written by
+//   qsync-worker profile --model M --device-class C --batch B --out FILE
+// communication profiles "comm<anything>.json" (bench: qsync-bench-allreduce --comm-profile FILE).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "kernels/precision.h"
+#include "planner/layer_precision.h"
+#include "planner/model_desc.h"
+
+namespace qsync {
+
+inline constexpr int DEVICE_PROFILE_VERSION = 1;
+
+struct LayerCost {
+  double forward_seconds = 0;
+  double backward_seconds = 0;
+  int64_t saved_bytes = 0;   // activations kept for backward, at the profile batch
+  int64_t weight_bytes = 0;  // the low-precision weight copy kept for backward (0 for fp32)
+};
+
+struct LinearCost {  // seconds = a * numel + b
+  double a = 0, b = 0;
+  double at(int64_t numel) const { return a * double(numel) + b; }
+};
+
+struct DeviceProfile {
+  int version = DEVICE_PROFILE_VERSION;
+  std::string model;
+  uint64_t model_hash = 0;
+  std::string device_class;
+  int64_t batch = 0;         // the local batch it was measured at
+  bool estimated = false;    // derived from public peak figures, not measured
+  std::string source;        // "measured on <cpu>" / "estimated from <figures>"
+  // GEMM layer name -> precision -> cost (only the precisions the class supports).
+  std::map<std::string, std::map<LayerPrecision, LayerCost>> gemm_layers;
+  // Other leaf layers -> FP32 cost.
+  std::map<std::string, LayerCost> other_layers;
+  // Cast from one storage precision to another (e.g. FP32 -> INT8 quantize): a * numel + b.
+  // (FP32, INT8) is the per-tensor quantization of activations; (INT8, BF16|FP16) the
+  // dequantization of a saved INT8 tensor to the device's 16-bit format for backward (on classes
+  // without native 16-bit GEMMs the result is FP32 storage holding 16-bit values).
+  std::map<std::pair<Precision, Precision>, LinearCost> casts;
+  // FP32 -> INT8 with one scale per output channel (the weight cast of int8 layers).
+  std::map<std::pair<Precision, Precision>, LinearCost> channel_casts;
+  double optimizer_seconds = 0;
+  int64_t static_bytes = 0;  // parameters, gradients and optimizer state (FP32)
+  int64_t memory_bytes = 0;  // the device's memory (estimates); 0: unknown (CPU: the job's budget decides)
+
+  // The precisions profiled for every GEMM layer (what this class can run).
+  std::vector<LayerPrecision> precisions() const;
+};
+
+// All-reduce time = alpha + beta * bytes, for a world size.
+struct CommProfile {
+  int version = DEVICE_PROFILE_VERSION;
+  int world_size = 2;
+  double alpha = 0;  // seconds
+  double beta = 0;   // seconds per byte
+  bool estimated = false;
+  std::string source;
+  double seconds(int64_t bytes) const { return alpha + beta * double(bytes); }
+};
+
+// JSON files; load checks version, and (when given) that the profile is for `model` and `batch`:
+// a profile from another model or batch is refused with a message naming both.
+DeviceProfile device_profile_load(const std::string& path);
+void device_profile_write(const std::string& path, const DeviceProfile& p);  // atomic
+void device_profile_check(const DeviceProfile& p, const ModelDesc& model, int64_t batch, const std::string& where);
+CommProfile comm_profile_load(const std::string& path);
+void comm_profile_write(const std::string& path, const CommProfile& p);  // atomic
+// The JSON text of a profile, and back (`source_name` names it in errors).
+std::string device_profile_to_json(const DeviceProfile& p);
+DeviceProfile device_profile_from_json(const std::string& text, const std::string& source_name);
+// "<model>.<class>.b<batch>.profile.json": the name ProfileStore's messages suggest.
+std::string device_profile_file_name(const std::string& model, const std::string& device_class, int64_t batch);
+// The command that measures a profile: `qsync-worker profile --model ... --out <out>`.
+std::string device_profile_command(const ModelDesc& model, const std::string& device_class, int64_t batch,
+                                   const std::string& out);
+
+// Least-squares fit of seconds = a * numel + b (one point, or one size: b only). Costs are never
+// negative: when the unconstrained fit gives b < 0 the best fit with b = 0 is returned, when it
+// gives a < 0 the mean as b (a = 0). Throws std::invalid_argument on empty or unequal inputs.
+LinearCost fit_linear_cost(const std::vector<int64_t>& numel, const std::vector<double>& seconds);
+
+// A directory of profiles: measured files (*.profile.json) and, for GPU classes, estimates built
+// on demand. find() prefers a measured profile of (model, class, batch); otherwise a measured one
+// of another batch scaled linearly; otherwise the estimate (GPU classes); else throws naming what
+// is missing and how to measure it (`qsync-worker profile ...`).
+class ProfileStore {
+ public:
+  explicit ProfileStore(const std::string& dir);  // "" = estimates only
+  DeviceProfile find(const ModelDesc& model, const std::string& device_class, int64_t batch) const;
+  CommProfile comm(int world_size) const;  // measured comm.json if present, else an estimate
+  const std::vector<DeviceProfile>& measured() const { return measured_; }
+  const std::string& dir() const { return dir_; }
+
+ private:
+  std::string dir_;
+  std::vector<DeviceProfile> measured_;
+  std::vector<CommProfile> comms_;
+};
+
+// Scales a profile's times and activation bytes to another local batch (linear model).
+DeviceProfile device_profile_scaled(const DeviceProfile& p, int64_t batch);
+
+// The GPU classes whose profiles are estimated from public peak throughput and bandwidth per
+// precision ("t4", "a10", "l4", "v100", "a100", "h100", "h200": device class names
+// "gpu-t4", ...), for a model and batch. estimated_gpu_classes() returns the class names
+// ("gpu-t4", ...); device_profile_estimate accepts either spelling and throws
+// std::invalid_argument naming the known classes for any other. The figures, their sources
+// and the roofline are documented in planner/estimated_profiles.cpp.
+std::vector<std::string> estimated_gpu_classes();
+bool is_estimated_gpu_class(const std::string& device_class);
+DeviceProfile device_profile_estimate(const ModelDesc& model, const std::string& gpu_class, int64_t batch);
+// An estimated all-reduce (ring over a 10 Gbit/s network, documented in estimated_profiles.cpp),
+// or a measured profile of another world size rescaled by the ring's step and traffic factors.
+CommProfile comm_profile_estimate(int world_size);
+CommProfile comm_profile_rescaled(const CommProfile& measured, int world_size);
+
+}  // namespace qsync

@@ -1,0 +1,51 @@
+// File: planner/replay_timeline.h
+// The replayer's building blocks, shared with the allocator (which evaluates thousands of
+// candidate plans and so works on per-leaf time arrays instead of plans and profiles):
+//   - leaf parameter counts and the gradient buckets of a model (leaf granularity, in the
+//     worker's order: reverse forward order, a new bucket once the current one holds at least
+//     bucket_bytes of FP32 gradients);
+//   - one rank's timeline from its per-leaf forward/backward seconds (backward end, the time each
+//     bucket's gradients are all ready);
+//   - the all-reduce chain on the communication stream.
+// Profiles are scaled to a rank's local batch by device_profile_scaled (planner/device_profile.h).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "planner/device_profile.h"
+#include "planner/model_desc.h"
+
+namespace qsync {
+
+// A leaf's parameters: its own plus its children's (an attention leaf owns qkv and proj).
+int64_t leaf_parameter_count(const LayerDesc& leaf);
+
+struct GradientBucket {
+  int64_t bytes = 0;      // FP32 gradients: 4 bytes per parameter
+  size_t first_leaf = 0;  // the smallest forward index among its leaves: its backward ends last
+};
+
+// Buckets in all-reduce order (the first holds the last layers' gradients). `leaf_params[i]` is
+// leaf i's parameter count (forward order); leaves without parameters join no bucket.
+std::vector<GradientBucket> gradient_buckets(const std::vector<int64_t>& leaf_params, int64_t bucket_bytes);
+
+struct RankTimeline {
+  double forward_end = 0;
+  double backward_end = 0;          // forward + backward: the compute stream's end before the optimizer
+  std::vector<double> bucket_ready;  // per bucket: when its last gradient is ready
+};
+
+// Forward over leaves 0..n-1, then backward n-1..0; leaf i's gradients are ready when its
+// backward ends.
+RankTimeline rank_timeline(const std::vector<double>& forward, const std::vector<double>& backward,
+                           const std::vector<GradientBucket>& buckets);
+
+// The end of the last all-reduce: bucket k starts at max(ready[k], end of bucket k-1) and takes
+// comm.seconds(bytes). `ready` is per bucket (for several ranks: the max over ranks). 0 when
+// there are no buckets.
+double allreduce_chain_end(const std::vector<double>& ready, const std::vector<GradientBucket>& buckets,
+                           const CommProfile& comm);
+
+}  // namespace qsync

@@ -1,0 +1,163 @@
+// File: planner/replayer.cpp
+// One synchronous data-parallel step, replayed from device profiles (planner/replayer.h).
+//
+// Per rank, on the compute stream: forward over the model's leaf layers in order, backward in
+// reverse, then the optimizer step. A GEMM leaf (linear, conv2d) costs its planned precision's
+// profiled seconds; those include the layer's own casts (input quantization, weight and saved
+// tensor casts: in our engine every layer's output is FP32, so a GEMM layer's input always
+// arrives in FP32 and the layer casts it itself, inside its measured time). An attention leaf
+// costs its qkv and proj GEMMs at their planned precisions plus its FP32 core (the profile's
+// other_layers entry under the attention's name, if any). Other leaves cost their FP32 entry
+// (absent entries, e.g. a free flatten, cost nothing).
+//
+// Gradients: a leaf's parameters are ready when its backward ends; buckets (replay_timeline.h)
+// are all-reduced on a communication stream: bucket k starts at max(every rank's ready time of k,
+// end of bucket k-1) and lasts comm.seconds(bytes) (one rank: no all-reduce, as the worker).
+// The optimizer runs after the last all-reduce completes:
+//   step end(rank)  = max(backward end(rank), last all-reduce end) + optimizer(rank)
+//   wait(rank)      = max(0, last all-reduce end - backward end(rank))
+//   compute(rank)   = forward + backward + optimizer
+// Memory, at its peak at the end of the forward pass: static bytes + saved activations of every
+// leaf (scaled linearly to the local batch) + the GEMM layers' low-precision weight copies.
+#include <algorithm>
+#include <stdexcept>
+
+#include "planner/replay_timeline.h"
+#include "planner/replayer.h"
+
+namespace qsync {
+namespace {
+
+std::string rank_name(size_t r, const DeviceProfile& p) {
+  return "rank " + std::to_string(r) + " (" + (p.device_class.empty() ? "unnamed class" : p.device_class) + ")";
+}
+
+const LayerCost& gemm_cost(const DeviceProfile& p, const std::string& layer, LayerPrecision prec, size_t r) {
+  auto it = p.gemm_layers.find(layer);
+  if (it == p.gemm_layers.end())
+    throw std::invalid_argument(rank_name(r, p) + ": the profile has no costs for GEMM layer '" + layer +
+                                "' of model " + p.model + "; profile this model on the class (qsync-worker profile)");
+  auto c = it->second.find(prec);
+  if (c == it->second.end()) {
+    std::string have;
+    for (const auto& [q, cost] : it->second) have += std::string(have.empty() ? "" : ", ") + layer_precision_name(q);
+    throw std::invalid_argument(rank_name(r, p) + ": layer '" + layer + "' is planned at " + layer_precision_name(prec) +
+                                ", which the class's profile does not have (it has: " + have +
+                                "); plan one of those precisions for this class");
+  }
+  return c->second;
+}
+
+struct LeafCosts {
+  std::vector<double> forward, backward;
+  int64_t memory = 0;  // static + saved + weight copies
+  double optimizer = 0;
+};
+
+LeafCosts leaf_costs(const std::vector<const LayerDesc*>& leaves, const DeviceProfile& p, const RankPlan& plan, size_t r) {
+  LeafCosts out;
+  out.forward.assign(leaves.size(), 0.0);
+  out.backward.assign(leaves.size(), 0.0);
+  out.memory = p.static_bytes;
+  out.optimizer = p.optimizer_seconds;
+  auto add = [&](size_t i, const LayerCost& c) {
+    out.forward[i] += c.forward_seconds;
+    out.backward[i] += c.backward_seconds;
+    out.memory += c.saved_bytes + c.weight_bytes;
+  };
+  for (size_t i = 0; i < leaves.size(); ++i) {
+    const LayerDesc& l = *leaves[i];
+    if (l.kind == LayerKind::LINEAR || l.kind == LayerKind::CONV2D) {
+      add(i, gemm_cost(p, l.name, plan.precision_of(l.name), r));
+      continue;
+    }
+    if (auto it = p.other_layers.find(l.name); it != p.other_layers.end()) add(i, it->second);
+    for (const LayerDesc& c : l.children)  // attention: qkv and proj
+      if (c.kind == LayerKind::LINEAR || c.kind == LayerKind::CONV2D) add(i, gemm_cost(p, c.name, plan.precision_of(c.name), r));
+  }
+  return out;
+}
+
+}  // namespace
+
+int64_t leaf_parameter_count(const LayerDesc& leaf) {
+  int64_t n = leaf.parameter_count;
+  for (const LayerDesc& c : leaf.children) n += leaf_parameter_count(c);
+  return n;
+}
+
+std::vector<GradientBucket> gradient_buckets(const std::vector<int64_t>& leaf_params, int64_t bucket_bytes) {
+  if (bucket_bytes <= 0) throw std::invalid_argument("gradient bucket size must be positive (DDP's default is 25 MiB)");
+  std::vector<GradientBucket> out;
+  for (size_t i = leaf_params.size(); i-- > 0;) {
+    if (leaf_params[i] <= 0) continue;
+    if (out.empty() || out.back().bytes >= bucket_bytes) out.emplace_back();
+    out.back().bytes += 4 * leaf_params[i];
+    out.back().first_leaf = i;
+  }
+  return out;
+}
+
+RankTimeline rank_timeline(const std::vector<double>& forward, const std::vector<double>& backward,
+                           const std::vector<GradientBucket>& buckets) {
+  RankTimeline t;
+  for (double f : forward) t.forward_end += f;
+  std::vector<double> ready(forward.size(), 0.0);
+  double now = t.forward_end;
+  for (size_t i = backward.size(); i-- > 0;) {
+    now += backward[i];
+    ready[i] = now;
+  }
+  t.backward_end = now;
+  t.bucket_ready.reserve(buckets.size());
+  for (const GradientBucket& b : buckets) t.bucket_ready.push_back(ready[b.first_leaf]);
+  return t;
+}
+
+double allreduce_chain_end(const std::vector<double>& ready, const std::vector<GradientBucket>& buckets,
+                           const CommProfile& comm) {
+  double end = 0;
+  for (size_t k = 0; k < buckets.size(); ++k) end = std::max(end, ready[k]) + comm.seconds(buckets[k].bytes);
+  return end;
+}
+
+StepPrediction replay_step(const ModelDesc& model, const std::vector<ReplayRank>& ranks, const CommProfile& comm,
+                           int64_t bucket_bytes) {
+  if (ranks.empty()) throw std::invalid_argument("replay_step needs at least one rank");
+  const std::vector<const LayerDesc*> leaves = model_leaf_layers(model);
+  std::vector<int64_t> params;
+  for (const LayerDesc* l : leaves) params.push_back(leaf_parameter_count(*l));
+  // One rank does not synchronize (the worker skips the gradient sync in a world of one).
+  const std::vector<GradientBucket> buckets =
+      ranks.size() > 1 ? gradient_buckets(params, bucket_bytes) : std::vector<GradientBucket>{};
+
+  std::vector<LeafCosts> costs;
+  std::vector<RankTimeline> lines;
+  std::vector<double> ready(buckets.size(), 0.0);
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    if (ranks[r].profile == nullptr) throw std::invalid_argument("rank " + std::to_string(r) + " has no device profile");
+    if (ranks[r].plan.local_batch <= 0)
+      throw std::invalid_argument("rank " + std::to_string(r) + "'s plan has no local batch; set RankPlan::local_batch");
+    const DeviceProfile scaled = device_profile_scaled(*ranks[r].profile, ranks[r].plan.local_batch);
+    costs.push_back(leaf_costs(leaves, scaled, ranks[r].plan, r));
+    lines.push_back(rank_timeline(costs.back().forward, costs.back().backward, buckets));
+    for (size_t k = 0; k < buckets.size(); ++k) ready[k] = std::max(ready[k], lines.back().bucket_ready[k]);
+  }
+  const double sync_end = allreduce_chain_end(ready, buckets, comm);
+
+  StepPrediction out;
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    RankPrediction p;
+    p.backward_end_seconds = lines[r].backward_end;
+    p.compute_seconds = lines[r].backward_end + costs[r].optimizer;
+    p.wait_seconds = std::max(0.0, sync_end - lines[r].backward_end);
+    p.step_seconds = std::max(lines[r].backward_end, sync_end) + costs[r].optimizer;
+    p.peak_memory_bytes = costs[r].memory;
+    out.step_seconds = std::max(out.step_seconds, p.step_seconds);
+    out.ranks.push_back(p);
+  }
+  out.allreduce_end_seconds = sync_end;
+  return out;
+}
+
+}  // namespace qsync

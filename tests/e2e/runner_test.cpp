@@ -1,0 +1,214 @@
+// File: tests/e2e/runner_test.cpp
+// End-to-end tests of `qsync run JOB.yaml` (runner/): a two-worker job (cpu-avx512 and cpu-avx2,
+// or the classes they fall back to here) finishes with its summary JSON, per-rank plans and a
+// checkpoint; job files with an unknown device class, an unknown allocator or no model are
+// refused with a message naming the field, before any worker starts; Ctrl-C (SIGINT to the
+// runner) makes the workers checkpoint and stop, the runner exit 130, and `qsync run --resume`
+// finish the job from that checkpoint.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <chrono>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "kernels/device_class.h"
+#include "planner/model_desc.h"
+#include "planner/plan_file.h"
+#include "tests/e2e/process.h"
+
+#ifndef QSYNC_RUNNER_BIN
+#error "QSYNC_RUNNER_BIN must name the qsync binary"
+#endif
+
+namespace qsync {
+namespace {
+
+using namespace std::chrono_literals;
+namespace fs = std::filesystem;
+using test::Process;
+using test::TempDir;
+
+// A job file: the zoo MLP on two local one-thread workers, global batch 32, 50 evaluation
+// samples, a checkpoint every 5 steps; `model` is the spec.model line ("" leaves it out).
+std::string job_yaml(int64_t steps, const std::string& class0 = "cpu-avx512", const std::string& class1 = "cpu-avx2",
+                     const std::string& model = "  model: {zoo: mlp}\n", const std::string& allocator = "uniform") {
+  return "apiVersion: qsync.dev/v1alpha1\n"
+         "kind: HybridTrainingJob\n"
+         "metadata: {name: e2e-runner}\n"
+         "spec:\n" +
+         model +
+         "  optimizer: {name: adamw, lr: 0.001}\n"
+         "  steps: " +
+         std::to_string(steps) +
+         "\n"
+         "  globalBatch: 32\n"
+         "  seed: 1\n"
+         "  evalLimit: 50\n"
+         "  checkpoint: {dir: checkpoints, intervalSteps: 5}\n"
+         "  planning: {allocator: " +
+         allocator +
+         ", precision: fp32}\n"
+         "  pool:\n"
+         "    local:\n"
+         "      - {deviceClass: " +
+         class0 +
+         ", threads: 1}\n"
+         "      - {deviceClass: " +
+         class1 + ", threads: 1}\n";
+}
+
+struct RunnerRun {
+  int code = -1;  // -1: still running after the limit (then killed)
+  std::string out, err;
+  nlohmann::json summary;
+};
+
+Process start_runner(const TempDir& dir, const std::string& job, const std::vector<std::string>& extra,
+                     const std::string& tag) {
+  test::SpawnOptions o;
+  o.args = {QSYNC_RUNNER_BIN, "run", job, "--work-dir", dir.file("work"), "--summary-json", dir.file(tag + ".json"),
+            "--collective-timeout", "20"};
+  o.args.insert(o.args.end(), extra.begin(), extra.end());
+  o.stdout_path = dir.file(tag + ".out");
+  o.stderr_path = dir.file(tag + ".err");
+  return Process(o);
+}
+
+RunnerRun finish_runner(Process& p, const TempDir& dir, const std::string& tag, std::chrono::milliseconds limit = 60s) {
+  RunnerRun r;
+  r.code = p.wait_for(limit).value_or(-1);
+  r.out = p.out();
+  r.err = p.err();
+  const nlohmann::json s = nlohmann::json::parse(test::read_text(dir.file(tag + ".json")), nullptr, false);
+  if (!s.is_discarded()) r.summary = s;
+  return r;
+}
+
+RunnerRun run_runner(const TempDir& dir, const std::string& job, const std::vector<std::string>& extra = {},
+               const std::string& tag = "run") {
+  Process p = start_runner(dir, job, extra, tag);
+  return finish_runner(p, dir, tag);
+}
+
+std::string class_here(const std::string& requested) {
+  return device_class_fallback(device_class_by_name(requested)).name;
+}
+
+nlohmann::json rank_summary(const TempDir& dir, int rank) {
+  const std::string path = dir.file("work/summaries/rank-" + std::to_string(rank) + ".json");
+  const nlohmann::json s = nlohmann::json::parse(test::read_text(path), nullptr, false);
+  return s.is_discarded() ? nlohmann::json::object() : s;
+}
+
+TEST(Runner, RunsAJobWithSummaryPlansAndCheckpoint) {
+  TempDir dir;
+  const RunnerRun r = run_runner(dir, dir.write("job.yaml", job_yaml(20)));
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  const nlohmann::json& s = r.summary;
+  ASSERT_TRUE(s.is_object()) << "no --summary-json written";
+  EXPECT_EQ(s["succeeded"], true);
+  EXPECT_EQ(s["steps"], 20);
+  EXPECT_EQ(s["global_batch"], 32);
+  ASSERT_TRUE(s["final_test_accuracy"].is_number()) << s.dump(2);
+  EXPECT_GT(s["final_test_accuracy"].get<double>(), 0.1) << "20 steps of the MLP beat chance (10%)";
+  ASSERT_TRUE(s["samples_per_second"].is_number()) << s.dump(2);
+  EXPECT_GT(s["samples_per_second"].get<double>(), 0);
+  ASSERT_EQ(s["ranks"].size(), 2u) << s.dump(2);
+  const std::string requested[] = {"cpu-avx512", "cpu-avx2"};
+  for (int rank = 0; rank < 2; ++rank) {
+    const nlohmann::json& pr = s["ranks"][size_t(rank)];
+    SCOPED_TRACE("rank " + std::to_string(rank) + ": " + pr.dump());
+    EXPECT_EQ(pr["rank"], rank);
+    EXPECT_EQ(pr["device_class"], class_here(requested[rank]));
+    EXPECT_EQ(pr["requested_device_class"], requested[rank]);
+    EXPECT_EQ(pr["exit_code"], 0);
+    EXPECT_EQ(pr["local_batch"], 16);
+    ASSERT_TRUE(pr["median_step_seconds"].is_number());
+    EXPECT_GT(pr["median_step_seconds"].get<double>(), 0);
+    ASSERT_TRUE(pr["median_wait_seconds"].is_number());
+    EXPECT_GE(pr["median_wait_seconds"].get<double>(), 0);
+    EXPECT_LE(pr["median_wait_seconds"].get<double>(), pr["median_step_seconds"].get<double>());
+    ASSERT_TRUE(pr["peak_memory_bytes"].is_number());
+    EXPECT_GT(pr["peak_memory_bytes"].get<double>(), 0);
+
+    // The plan the runner wrote for this rank, as the worker read it.
+    const std::string plan_path = dir.file("work/plans/rank-" + std::to_string(rank) + ".yaml");
+    ASSERT_TRUE(fs::exists(plan_path));
+    const RankPlan plan = plan_file_load(plan_path, model_desc_find("mlp"));
+    EXPECT_EQ(plan.rank, rank);
+    EXPECT_EQ(plan.local_batch, 16);
+    EXPECT_EQ(plan.device_class, class_here(requested[rank]));
+    EXPECT_EQ(plan.precision_of("fc1"), LayerPrecision::FP32);
+  }
+  EXPECT_TRUE(fs::exists(dir.file("work/checkpoints/latest.qckpt")));
+  EXPECT_NE(r.out.find("job e2e-runner: succeeded"), std::string::npos) << r.out;
+}
+
+// A refused job file: exit 1 at once, stderr naming every needle, and no worker started.
+void expect_refused(const std::string& yaml, const std::vector<std::string>& needles) {
+  TempDir dir;
+  const auto t0 = std::chrono::steady_clock::now();
+  const RunnerRun r = run_runner(dir, dir.write("job.yaml", yaml));
+  EXPECT_EQ(r.code, 1) << r.out << r.err;
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 10);
+  EXPECT_NE(r.err.find("qsync: error: "), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("job.yaml"), std::string::npos) << "the message names the file: " << r.err;
+  for (const std::string& n : needles) EXPECT_NE(r.err.find(n), std::string::npos) << "'" << n << "' in: " << r.err;
+  EXPECT_FALSE(fs::exists(dir.file("work/plans/rank-0.yaml"))) << "a worker was started for a refused job";
+}
+
+TEST(Runner, RefusesAnUnknownDeviceClassNamingTheField) {
+  expect_refused(job_yaml(20, "cpu-avx512", "cpu-nope"), {"spec.pool.local[1].deviceClass", "'cpu-nope'", "cpu-avx2"});
+}
+
+TEST(Runner, RefusesAnUnknownAllocatorNamingTheField) {
+  expect_refused(job_yaml(20, "cpu-avx512", "cpu-avx2", "  model: {zoo: mlp}\n", "bogus"),
+                 {"spec.planning.allocator", "'bogus'", "uniform"});
+}
+
+TEST(Runner, RefusesAJobWithoutAModelNamingTheField) {
+  expect_refused(job_yaml(20, "cpu-avx512", "cpu-avx2", ""), {"spec.model is missing"});
+}
+
+// Ctrl-C: 60 steps (about 3 s here) leave time to interrupt the job after its first checkpoint
+// (step 5) and before its end; the rest is then done by --resume.
+TEST(Runner, CtrlCCheckpointsAndResumeFinishesTheJob) {
+  TempDir dir;
+  const std::string job = dir.write("job.yaml", job_yaml(60));
+  const std::string ckpt = dir.file("work/checkpoints/latest.qckpt");
+  Process runner = start_runner(dir, job, {}, "interrupted");
+  ASSERT_TRUE(test::poll_until([&] { return fs::exists(ckpt) || !runner.running(); }, 60s));
+  ASSERT_TRUE(runner.running()) << "the job ended before its first checkpoint:\n" << runner.out() << runner.err();
+  runner.signal(SIGINT);  // to the runner only: it forwards the request to its workers
+  const RunnerRun stopped = finish_runner(runner, dir, "interrupted", 30s);
+  ASSERT_EQ(stopped.code, 130) << stopped.out << stopped.err;
+  EXPECT_NE(stopped.out.find("interrupted: asking the workers to checkpoint and stop"), std::string::npos)
+      << stopped.out;
+  ASSERT_TRUE(fs::exists(ckpt));
+  const nlohmann::json r0 = rank_summary(dir, 0), r1 = rank_summary(dir, 1);
+  EXPECT_EQ(r0.value("stopped_early", false), true) << r0.dump(2);
+  EXPECT_EQ(r1.value("stopped_early", false), true) << r1.dump(2);
+  const int64_t stopped_at = r0.value("steps", int64_t(0));
+  EXPECT_GE(stopped_at, 5);
+  EXPECT_LT(stopped_at, 60);
+  EXPECT_EQ(r1.value("steps", int64_t(-1)), stopped_at) << "every rank stops at the same step";
+  for (const auto& pr : stopped.summary["ranks"]) EXPECT_EQ(pr["exit_code"], 0) << pr.dump();
+
+  const RunnerRun resumed = run_runner(dir, job, {"--resume"}, "resumed");
+  ASSERT_EQ(resumed.code, 0) << resumed.out << resumed.err;
+  EXPECT_EQ(resumed.summary["steps"], 60);
+  EXPECT_TRUE(resumed.summary["final_test_accuracy"].is_number());
+  for (int rank = 0; rank < 2; ++rank) {
+    const nlohmann::json s = rank_summary(dir, rank);
+    EXPECT_EQ(s.value("start_step", int64_t(-1)), stopped_at) << "rank " << rank << " resumed elsewhere";
+    EXPECT_EQ(s.value("stopped_early", true), false);
+    EXPECT_EQ(s.value("losses", std::vector<double>{}).size(), size_t(60 - stopped_at));
+  }
+}
+
+}  // namespace
+}  // namespace qsync

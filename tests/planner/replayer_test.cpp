@@ -1,0 +1,146 @@
+// File: tests/planner/replayer_test.cpp
+// Tests of planner/replayer.h against hand-computed small graphs: gradient buckets, the first
+// bucket's all-reduce overlapping backward, a slow rank delaying the sync while the fast one
+// waits the difference, one rank without sync, memory = static + saved (scaled to the local
+// batch) + weight copies, planned precisions' costs, and the errors for a missing precision.
+#include "planner/replayer.h"
+
+#include <gtest/gtest.h>
+
+#include "planner/replay_timeline.h"
+#include "tests/planner/planner_test_support.h"
+#include "tests/planner/synthetic_job.h"
+
+namespace qsync {
+namespace {
+
+using qsync::testing::blank_profile;
+using qsync::testing::chain_model;
+using qsync::testing::cost;
+using qsync::testing::expect_error;
+
+// flatten -> fc0 (16 -> 8: 136 parameters, 544 bytes) -> fc1 (8 -> 4: 36 parameters, 144 bytes).
+const ModelDesc& two_layer() {
+  static const ModelDesc m = chain_model({8, 4}, "two-layer");
+  return m;
+}
+
+// Times scaled by `k`: fc0 forward 1, backward 4; fc1 forward 2, backward 3; optimizer 0.5.
+DeviceProfile two_layer_profile(double k, int64_t batch = 4) {
+  DeviceProfile p = blank_profile(two_layer(), k == 1 ? "fast" : "slow", batch);
+  p.gemm_layers["fc0"][LayerPrecision::FP32] = cost(1 * k, 4 * k, 1000, 0);
+  p.gemm_layers["fc0"][LayerPrecision::INT8] = cost(0.5 * k, 2 * k, 250, 136);
+  p.gemm_layers["fc1"][LayerPrecision::FP32] = cost(2 * k, 3 * k, 400, 0);
+  p.optimizer_seconds = 0.5;
+  p.static_bytes = 10000;
+  return p;
+}
+
+CommProfile comm(double alpha, double beta) {
+  CommProfile c;
+  c.alpha = alpha;
+  c.beta = beta;
+  return c;
+}
+
+ReplayRank rank_of(const DeviceProfile& p, int64_t batch, LayerPrecision fc0 = LayerPrecision::FP32) {
+  ReplayRank r;
+  r.profile = &p;
+  r.plan = plan_uniform(two_layer(), LayerPrecision::FP32);
+  r.plan.layers["fc0"] = fc0;
+  r.plan.local_batch = batch;
+  return r;
+}
+
+TEST(Replayer, BucketsFollowTheWorkersRuleAtLeafGranularity) {
+  // Reverse forward order; a new bucket once the current one holds >= bucket_bytes.
+  const std::vector<GradientBucket> b = gradient_buckets({0, 136, 0, 36}, 144);
+  ASSERT_EQ(b.size(), 2u);
+  EXPECT_EQ(b[0].bytes, 144);
+  EXPECT_EQ(b[0].first_leaf, 3u);
+  EXPECT_EQ(b[1].bytes, 544);
+  EXPECT_EQ(b[1].first_leaf, 1u);
+  const std::vector<GradientBucket> one = gradient_buckets({0, 136, 0, 36}, 25ll << 20);
+  ASSERT_EQ(one.size(), 1u);
+  EXPECT_EQ(one[0].bytes, 688);
+  EXPECT_EQ(one[0].first_leaf, 1u);
+  EXPECT_EQ(leaf_parameter_count(*model_leaf_layers(two_layer())[1]), 136);
+}
+
+TEST(Replayer, FirstBucketsAllReduceOverlapsBackward) {
+  const DeviceProfile p = two_layer_profile(1);
+  // Buckets of 144 bytes: fc1's gradients (144 B) alone, then fc0's (544 B).
+  // comm: 1 + 0.001/byte -> 1.144 s and 1.544 s.
+  const StepPrediction s = replay_step(two_layer(), {rank_of(p, 4), rank_of(p, 4)}, comm(1, 0.001), 144);
+  // forward ends at 3; fc1's backward ends at 6: bucket 0 runs 6..7.144, inside fc0's backward
+  // (6..10); bucket 1 is ready at 10 and runs 10..11.544; the optimizer 11.544..12.044.
+  ASSERT_EQ(s.ranks.size(), 2u);
+  for (const RankPrediction& r : s.ranks) {
+    EXPECT_DOUBLE_EQ(r.backward_end_seconds, 10);
+    EXPECT_DOUBLE_EQ(r.compute_seconds, 10.5);
+    EXPECT_NEAR(r.wait_seconds, 1.544, 1e-12);
+    EXPECT_NEAR(r.step_seconds, 12.044, 1e-12);
+  }
+  EXPECT_NEAR(s.allreduce_end_seconds, 11.544, 1e-12);
+  EXPECT_NEAR(s.step_seconds, 12.044, 1e-12);
+  // Slow enough a network that bucket 1 queues behind bucket 0: 6 + 5 = 11 > 10, then 11 + 5.
+  const StepPrediction q = replay_step(two_layer(), {rank_of(p, 4), rank_of(p, 4)}, comm(5, 0), 144);
+  EXPECT_NEAR(q.allreduce_end_seconds, 16, 1e-12);
+  EXPECT_NEAR(q.ranks[0].wait_seconds, 6, 1e-12);
+  EXPECT_NEAR(q.step_seconds, 16.5, 1e-12);
+}
+
+TEST(Replayer, SlowRankDelaysTheSyncAndTheFastOneWaitsTheDifference) {
+  const DeviceProfile fast = two_layer_profile(1), slow = two_layer_profile(2);
+  const StepPrediction s = replay_step(two_layer(), {rank_of(fast, 4), rank_of(slow, 4)}, comm(1, 0.001), 144);
+  // slow: forward ends at 6, fc1's backward at 12, fc0's at 20. Bucket 0 ready at max(6, 12) = 12,
+  // runs to 13.144; bucket 1 ready at max(10, 20) = 20, runs to 21.544.
+  EXPECT_NEAR(s.allreduce_end_seconds, 21.544, 1e-12);
+  EXPECT_DOUBLE_EQ(s.ranks[1].backward_end_seconds, 20);
+  EXPECT_NEAR(s.ranks[1].wait_seconds, 1.544, 1e-12);
+  EXPECT_NEAR(s.ranks[0].wait_seconds, 11.544, 1e-12);
+  EXPECT_NEAR(s.ranks[0].wait_seconds - s.ranks[1].wait_seconds,
+              s.ranks[1].backward_end_seconds - s.ranks[0].backward_end_seconds, 1e-12);
+  EXPECT_NEAR(s.ranks[0].step_seconds, 22.044, 1e-12);
+  EXPECT_NEAR(s.ranks[1].step_seconds, 22.044, 1e-12);
+  EXPECT_DOUBLE_EQ(s.ranks[1].compute_seconds, 20.5);
+  EXPECT_NEAR(s.step_seconds, 22.044, 1e-12);
+}
+
+TEST(Replayer, OneRankDoesNotSynchronize) {
+  const DeviceProfile p = two_layer_profile(1);
+  const StepPrediction s = replay_step(two_layer(), {rank_of(p, 4)}, comm(1, 0.001), 144);
+  EXPECT_DOUBLE_EQ(s.step_seconds, 10.5);
+  EXPECT_DOUBLE_EQ(s.ranks[0].wait_seconds, 0);
+  EXPECT_DOUBLE_EQ(s.allreduce_end_seconds, 0);
+}
+
+TEST(Replayer, MemoryIsStaticPlusSavedAtTheLocalBatchPlusWeightCopies) {
+  const DeviceProfile p = two_layer_profile(1, 4);
+  // At the profile batch: 10000 + 1000 + 400.
+  EXPECT_EQ(replay_step(two_layer(), {rank_of(p, 4)}, comm(0, 0), 144).ranks[0].peak_memory_bytes, 11400);
+  // At batch 8 (profile measured at 4): saved bytes and times double, static does not.
+  const StepPrediction s8 = replay_step(two_layer(), {rank_of(p, 8)}, comm(0, 0), 144);
+  EXPECT_EQ(s8.ranks[0].peak_memory_bytes, 10000 + 2000 + 800);
+  EXPECT_DOUBLE_EQ(s8.ranks[0].compute_seconds, 2 * 10 + 0.5);
+  // fc0 at int8: its int8 costs (casts included) and its int8 weight copy.
+  const StepPrediction q = replay_step(two_layer(), {rank_of(p, 4, LayerPrecision::INT8)}, comm(0, 0), 144);
+  EXPECT_EQ(q.ranks[0].peak_memory_bytes, 10000 + 250 + 136 + 400);
+  EXPECT_DOUBLE_EQ(q.ranks[0].compute_seconds, 0.5 + 2 + 2 + 3 + 0.5);
+}
+
+TEST(Replayer, ErrorsNameTheLayerThePrecisionAndTheFix) {
+  const DeviceProfile p = two_layer_profile(1);
+  expect_error<std::invalid_argument>(
+      [&] { replay_step(two_layer(), {rank_of(p, 4, LayerPrecision::FP16)}, comm(0, 0), 144); },
+      {"rank 0", "fast", "fc0", "fp16", "fp32, int8", "plan one of those"});
+  DeviceProfile missing = p;
+  missing.gemm_layers.erase("fc1");
+  expect_error<std::invalid_argument>([&] { replay_step(two_layer(), {rank_of(missing, 4)}, comm(0, 0), 144); },
+                                      {"fc1", "qsync-worker profile"});
+  expect_error<std::invalid_argument>([&] { replay_step(two_layer(), {rank_of(p, 0)}, comm(0, 0), 144); },
+                                      {"local batch"});
+}
+
+}  // namespace
+}  // namespace qsync

@@ -1,0 +1,393 @@
+// File: worker/profiler.cpp
+// The device profile measurement of `qsync-worker profile` (see profiler.h).
+#include "worker/profiler.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <limits>
+#include <random>
+#include <stdexcept>
+
+#include "kernels/device_class.h"
+#include "worker/data/batch_loader.h"
+#include "worker/loss.h"
+#include "worker/model.h"
+#include "worker/precision_ops.h"
+#include "worker/train_data.h"
+
+namespace qsync {
+namespace {
+
+double now_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+double median_of(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// As the trainer: BF16 where the class computes it natively, FP16 on CUDA, else FP16 numerics
+// emulated in FP32 GEMMs.
+void set_sixteen_bit(const DeviceClass& c, StepContext& ctx) {
+  for (const PrecisionCapability& p : device_class_capabilities(c))
+    if (p.precision == Precision::BF16 && p.level == SupportLevel::NATIVE) {
+      ctx.sixteen_bit = Precision::BF16;
+      ctx.sixteen_bit_native = true;
+      return;
+    }
+  ctx.sixteen_bit = Precision::FP16;
+  ctx.sixteen_bit_native = c.kind == DeviceKind::CUDA;
+}
+
+std::string cpu_model_name() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("model name", 0) == 0) {
+      const size_t colon = line.find(':');
+      return colon == std::string::npos ? line : line.substr(line.find_first_not_of(' ', colon + 1));
+    }
+  return "an unknown CPU";
+}
+
+// Training batches: the real data when a path is given, else synthetic ones of the same shape
+// (uniform pixels or token ids; the costs do not depend on the values).
+class ProfileBatches {
+ public:
+  ProfileBatches(const ModelDesc& m, const std::string& data, int64_t batch, uint64_t seed, MemoryAccount* memory)
+      : rng_(seed) {
+    Shape s = m.input_shape;
+    s.insert(s.begin(), batch);
+    x_ = Tensor::empty(s, Precision::FP32, memory, "profile batch");
+    const bool tokens = m.input_kind == InputKind::TOKENS;
+    positions_ = tokens ? m.input_shape.at(0) : 1;
+    if (!data.empty()) {
+      loader_ = TrainingData::open(m, data, BatchSharding::single(batch), seed, 1);
+      return;
+    }
+    const int64_t classes = m.task == ModelTask::LANGUAGE_MODEL ? m.vocab : m.classes;
+    std::uniform_real_distribution<float> pixel(0.0f, 1.0f);
+    std::uniform_int_distribution<int64_t> token(0, std::max<int64_t>(0, m.vocab - 1));
+    float* x = x_.f32();
+    for (int64_t i = 0; i < x_.numel(); ++i) x[i] = tokens ? float(token(rng_)) : pixel(rng_);
+    std::uniform_int_distribution<int32_t> target(0, int32_t(std::max<int64_t>(1, classes) - 1));
+    targets_.resize(size_t(batch * positions_));
+    for (int32_t& t : targets_) t = target(rng_);
+  }
+  const Tensor& next() {
+    if (loader_) loader_->next(x_, targets_);
+    return x_;
+  }
+  const std::vector<int32_t>& targets() const { return targets_; }
+  int64_t positions_per_sample() const { return positions_; }
+
+ private:
+  std::mt19937_64 rng_;
+  Tensor x_;
+  std::vector<int32_t> targets_;
+  int64_t positions_ = 1;
+  std::unique_ptr<TrainingData> loader_;
+};
+
+// A GEMM layer's seconds for a phase: its leaf timing, or (attention's projections, which the
+// containers do not time) the sum of its sub-ops.
+double gemm_phase_seconds(const OpStepSamples& t, const std::string& layer, bool forward) {
+  const std::string whole = layer + (forward ? ".forward" : ".backward");
+  if (t.has(whole)) return t.median(whole);
+  static const char* const FORWARD_OPS[] = {".cast_x", ".cast_w", ".gemm_forward"};
+  static const char* const BACKWARD_OPS[] = {".cast_dy", ".cast_saved_x", ".cast_saved_w", ".cast_w_backward",
+                                             ".gemm_input_grad", ".gemm_weight_grad"};
+  double s = 0;
+  if (forward)
+    for (const char* op : FORWARD_OPS) s += t.median(layer + op);
+  else
+    for (const char* op : BACKWARD_OPS) s += t.median(layer + op);
+  return s;
+}
+
+int64_t weight_numel(const Model& model, const std::string& layer) {
+  for (const Parameter* p : model.parameters())
+    if (p->name == layer + ".weight") return p->value.numel();
+  throw std::logic_error("profile: GEMM layer '" + layer + "' has no parameter '" + layer + ".weight'");
+}
+
+// The cast sizes: 8 sizes from 4K to 4M elements, geometric, multiples of 1024.
+std::vector<int64_t> cast_sizes() {
+  std::vector<int64_t> out;
+  for (int i = 0; i < 8; ++i)
+    out.push_back(std::max<int64_t>(1, std::llround(4.0 * std::pow(1024.0, i / 7.0))) * 1024);
+  return out;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// OpStepSamples
+
+void OpStepSamples::record(const std::string& op, double seconds) { current_[op] += seconds; }
+
+void OpStepSamples::end_step() {
+  for (const auto& [op, s] : current_) samples_[op].push_back(s);
+  current_.clear();
+}
+
+void OpStepSamples::discard_step() { current_.clear(); }
+
+double OpStepSamples::median(const std::string& op) const {
+  const auto it = samples_.find(op);
+  return it == samples_.end() ? 0.0 : median_of(it->second);
+}
+
+size_t OpStepSamples::steps(const std::string& op) const {
+  const auto it = samples_.find(op);
+  return it == samples_.end() ? 0 : it->second.size();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Casts
+
+void profile_fit_casts(DeviceProfile& p, StepContext& ctx, int reps) {
+  StepContext c = ctx;
+  c.timer = nullptr;
+  c.training = true;
+  const std::vector<int64_t> sizes = cast_sizes();
+  std::mt19937_64 rng(7);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  // One fit per cast: `run(x)` performs the cast of x (FP32, shape (n / 1024, 1024)) and returns
+  // the seconds of the cast alone.
+  auto fit = [&](const std::function<double(const Tensor&)>& run) {
+    std::vector<double> seconds;
+    for (int64_t n : sizes) {
+      Tensor x = Tensor::empty({n / 1024, 1024}, Precision::FP32, c.memory, "cast benchmark input");
+      for (int64_t i = 0; i < n; ++i) x.f32()[i] = normal(rng);
+      std::vector<double> t;
+      (void)run(x);  // warm-up
+      for (int r = 0; r < reps; ++r) t.push_back(run(x));
+      seconds.push_back(median_of(t));
+    }
+    return fit_linear_cost(sizes, seconds);
+  };
+  auto timed = [](const std::function<void()>& f) {
+    const double t0 = now_seconds();
+    f();
+    return now_seconds() - t0;
+  };
+  const std::string name = "profile";
+  for (LayerPrecision lp : {LayerPrecision::BF16, LayerPrecision::FP16, LayerPrecision::INT8, LayerPrecision::FP8})
+    p.casts[{Precision::FP32, layer_precision_traits(lp).forward}] = fit([&](const Tensor& x) {
+      return timed([&] { (void)cast_activation(x, lp, c, name, OperandRole::A); });
+    });
+  p.channel_casts[{Precision::FP32, Precision::INT8}] = fit([&](const Tensor& x) {
+    return timed([&] { (void)cast_weight(x, LayerPrecision::INT8, c, name, OperandRole::B); });
+  });
+  p.casts[{Precision::INT8, c.sixteen_bit}] = fit([&](const Tensor& x) {
+    const Tensor q = cast_activation(x, LayerPrecision::INT8, c, name, OperandRole::A);
+    return timed([&] { (void)backward_operand(q, LayerPrecision::INT8, c, name); });
+  });
+}
+
+// ---------------------------------------------------------------------------------------------
+// The measurement
+
+DeviceProfile profile_run(const ProfileConfig& c) {
+  if (c.batch <= 0) throw std::invalid_argument("--batch must be positive, got " + std::to_string(c.batch));
+  if (c.steps < 1) throw std::invalid_argument("--steps must be at least 1, got " + std::to_string(c.steps));
+  if (c.device_class.empty())
+    throw std::invalid_argument("--device-class is required: the profile is of one class (cpu-amx, cpu-avx512, cpu-avx2)");
+  if (!c.out.empty()) {  // fail before measuring, not after
+    const std::filesystem::path dir = std::filesystem::absolute(c.out).parent_path();
+    if (!std::filesystem::is_directory(dir))
+      throw std::invalid_argument("--out " + c.out + ": directory " + dir.string() + " does not exist: create it first");
+  }
+  const ModelDesc desc = model_desc_find(c.model);
+  const DeviceClass& device = device_class_by_name(c.device_class);
+  device_class_activate(device, c.threads);
+
+  MemoryAccount memory(0, "profile");
+  Model model(desc, &memory, c.seed);
+  Optimizer opt(c.optimizer, model.parameters(), &memory);
+  ProfileBatches batches(desc, c.data, c.batch, c.seed, &memory);
+  StepContext ctx;
+  ctx.memory = &memory;
+  ctx.seed = c.seed;
+  set_sixteen_bit(device, ctx);
+
+  DeviceProfile p;
+  p.model = desc.name;
+  p.model_hash = desc.hash;
+  p.device_class = device.name;
+  p.batch = c.batch;
+  const float divisor = float(double(c.batch) * double(batches.positions_per_sample()));
+  std::vector<double> optimizer_seconds;
+  int64_t step = 0;
+  std::string skipped, emulated;
+
+  const std::vector<PrecisionCapability> caps = device_class_capabilities(device);
+  auto level_of = [&caps](Precision q) {
+    for (const PrecisionCapability& cap : caps)
+      if (cap.precision == q) return cap.level;
+    return SupportLevel::UNSUPPORTED;
+  };
+  for (const LayerPrecisionTraits& t : layer_precision_table()) {
+    const SupportLevel level = level_of(t.forward);
+    if (level == SupportLevel::UNSUPPORTED) {
+      skipped += std::string(skipped.empty() ? "" : ", ") + t.name;
+      continue;
+    }
+    if (level == SupportLevel::EMULATED) emulated += std::string(emulated.empty() ? "" : ", ") + t.name;
+    model.apply_plan(plan_uniform(desc, t.mode));
+    OpStepSamples timer;
+    std::map<std::string, int64_t> saved;
+    ctx.timer = &timer;
+    for (int64_t s = 0; s <= c.steps; ++s) {  // s == 0: warm-up, discarded
+      ctx.step = step++;
+      model.zero_grad();
+      const Tensor logits = model.forward(batches.next(), ctx);
+      if (s == 1) model.visit_layers([&saved](Layer& l) { saved[l.name()] = l.saved_bytes(); });
+      const SoftmaxXentResult res = softmax_cross_entropy(logits, batches.targets(), divisor, &memory);
+      model.backward(res.dlogits, ctx);
+      const double t0 = now_seconds();
+      opt.step(ctx.step);
+      if (s > 0) optimizer_seconds.push_back(now_seconds() - t0);
+      if (s == 0) timer.discard_step();
+      else timer.end_step();
+    }
+    ctx.timer = nullptr;
+    for (const LayerDesc* l : model_gemm_layers(desc)) {
+      LayerCost cost;
+      cost.forward_seconds = gemm_phase_seconds(timer, l->name, true);
+      cost.backward_seconds = gemm_phase_seconds(timer, l->name, false);
+      cost.weight_bytes = t.mode == LayerPrecision::FP32 ? 0 : weight_numel(model, l->name) * precision_bytes(t.saved_weight);
+      cost.saved_bytes = std::max<int64_t>(0, saved[l->name] - cost.weight_bytes);
+      p.gemm_layers[l->name][t.mode] = cost;
+    }
+    if (t.mode != LayerPrecision::FP32) continue;
+    for (const LayerDesc* l : model_leaf_layers(desc)) {
+      if (l->kind == LayerKind::LINEAR || l->kind == LayerKind::CONV2D) continue;
+      LayerCost cost;
+      cost.forward_seconds = timer.median(l->name + ".forward");
+      cost.backward_seconds = timer.median(l->name + ".backward");
+      cost.saved_bytes = saved[l->name];
+      if (l->kind == LayerKind::ATTENTION)  // its own part: minus the qkv and proj GEMM layers
+        for (const LayerDesc& child : l->children) {
+          const LayerCost& g = p.gemm_layers[child.name][LayerPrecision::FP32];
+          cost.forward_seconds = std::max(0.0, cost.forward_seconds - g.forward_seconds);
+          cost.backward_seconds = std::max(0.0, cost.backward_seconds - g.backward_seconds);
+          cost.saved_bytes = std::max<int64_t>(0, cost.saved_bytes - saved[child.name]);
+        }
+      p.other_layers[l->name] = cost;
+    }
+  }
+  profile_fit_casts(p, ctx);
+  p.optimizer_seconds = median_of(optimizer_seconds);
+  for (const Parameter* q : model.parameters()) p.static_bytes += q->value.bytes() + q->grad.bytes();
+  for (const Tensor* s : opt.state()) p.static_bytes += s->bytes();
+  p.source = "measured on " + cpu_model_name() + " as " + device.name + " (" + std::to_string(c.threads) +
+             " thread" + (c.threads == 1 ? "" : "s") + "), median of " + std::to_string(c.steps) +
+             " steps after a warm-up, " + optimizer_kind_name(c.optimizer.kind) + ", " +
+             (c.data.empty() ? "synthetic data" : "data " + c.data) +
+             (emulated.empty() ? "" : "; emulated: " + emulated) + (skipped.empty() ? "" : "; unsupported: " + skipped);
+  if (!c.out.empty()) device_profile_write(c.out, p);
+  if (!c.quiet) {
+    std::fputs(profile_summary(p).c_str(), stdout);
+    if (!c.out.empty()) std::printf("profile written to %s\n", c.out.c_str());
+  }
+  return p;
+}
+
+const char* const PROFILE_USAGE =
+    "usage: qsync-worker profile --model FILE|NAME --device-class C --batch B --out FILE [--threads N]\n"
+    "         [--data DIR|FILE] [--steps S (measured steps per precision, default 5)] [--optimizer adamw|sgd]\n"
+    "         [--seed S] [--quiet]\n";
+
+ProfileConfig profile_parse_args(int argc, char** argv) {
+  ProfileConfig c;
+  auto integer = [](const std::string& flag, const std::string& v) {
+    size_t used = 0;
+    int64_t x = 0;
+    try {
+      x = std::stoll(v, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used != v.size()) throw std::invalid_argument(flag + " expects an integer, got '" + v + "'");
+    return x;
+  };
+  for (int i = 0; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--quiet") {
+      c.quiet = true;
+      continue;
+    }
+    if (i + 1 >= argc) throw std::invalid_argument(a + " needs a value\n" + PROFILE_USAGE);
+    const std::string v = argv[++i];
+    if (a == "--model") c.model = v;
+    else if (a == "--device-class") c.device_class = v;
+    else if (a == "--batch") c.batch = integer(a, v);
+    else if (a == "--threads") c.threads = int(integer(a, v));
+    else if (a == "--data") c.data = v;
+    else if (a == "--steps") c.steps = integer(a, v);
+    else if (a == "--out") c.out = v;
+    else if (a == "--optimizer") c.optimizer.kind = optimizer_kind_from_name(v);
+    else if (a == "--seed") c.seed = uint64_t(integer(a, v));
+    else throw std::invalid_argument("unknown argument '" + a + "'\n" + PROFILE_USAGE);
+  }
+  for (const auto& [flag, missing] : {std::pair<const char*, bool>{"--model", c.model.empty()},
+                                      {"--device-class", c.device_class.empty()}, {"--batch", c.batch == 0},
+                                      {"--out", c.out.empty()}})
+    if (missing) throw std::invalid_argument(std::string(flag) + " is required\n" + PROFILE_USAGE);
+  return c;
+}
+
+std::string profile_summary(const DeviceProfile& p) {
+  char buf[256];
+  std::string out = "profile of " + p.model + " on " + p.device_class + " at batch " + std::to_string(p.batch) +
+                    (p.estimated ? " (ESTIMATED)" : "") + "\n  " + p.source + "\n";
+  const std::vector<LayerPrecision> precisions = p.precisions();
+  std::snprintf(buf, sizeof buf, "%-24s", "layer (fwd+bwd ms)");
+  out += buf;
+  for (LayerPrecision lp : precisions) {
+    std::snprintf(buf, sizeof buf, " %9s", layer_precision_name(lp));
+    out += buf;
+  }
+  out += "   saved input MiB (fp32 / smallest)\n";
+  for (const auto& [layer, costs] : p.gemm_layers) {
+    std::snprintf(buf, sizeof buf, "%-24s", layer.c_str());
+    out += buf;
+    int64_t lowest = std::numeric_limits<int64_t>::max();
+    for (LayerPrecision lp : precisions) {
+      const LayerCost& c = costs.at(lp);
+      lowest = std::min(lowest, c.saved_bytes);
+      std::snprintf(buf, sizeof buf, " %9.3f", (c.forward_seconds + c.backward_seconds) * 1e3);
+      out += buf;
+    }
+    const auto fp32 = costs.find(LayerPrecision::FP32);
+    std::snprintf(buf, sizeof buf, "   %.2f / %.2f\n", fp32 == costs.end() ? 0.0 : double(fp32->second.saved_bytes) / 1048576.0,
+                  double(lowest) / 1048576.0);
+    out += buf;
+  }
+  for (const auto& [layer, c] : p.other_layers) {
+    std::snprintf(buf, sizeof buf, "%-24s %9.3f (fp32, non-GEMM)   %.2f\n", layer.c_str(),
+                  (c.forward_seconds + c.backward_seconds) * 1e3, double(c.saved_bytes) / 1048576.0);
+    out += buf;
+  }
+  for (const auto* table : {&p.casts, &p.channel_casts})
+    for (const auto& [key, f] : *table) {
+      std::snprintf(buf, sizeof buf, "cast %s -> %s%s: %.3f ns/element + %.1f us\n", precision_name(key.first),
+                    precision_name(key.second), table == &p.channel_casts ? " (per channel)" : "", f.a * 1e9, f.b * 1e6);
+      out += buf;
+    }
+  std::snprintf(buf, sizeof buf, "optimizer step %.3f ms; static %.2f MiB\n", p.optimizer_seconds * 1e3,
+                double(p.static_bytes) / 1048576.0);
+  return out + buf;
+}
+
+}  // namespace qsync

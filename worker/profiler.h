@@ -1,0 +1,77 @@
+// File: worker/profiler.h
+// `qsync-worker profile`: measures the device profile (planner/device_profile.h) of one model on
+// the device class this process runs as, at one local batch.
+//
+// For each layer precision whose forward format the class can compute (kernels
+// device_class_capabilities: UNSUPPORTED ones are skipped, EMULATED ones are real choices and are
+// profiled), the model trains a few steps under a uniform plan: one warm-up step is discarded,
+// then every op's per-step seconds are kept and their medians taken. Recorded per GEMM layer:
+// "<layer>.forward" / "<layer>.backward" (they include the layer's own casts; attention's qkv and
+// proj are not timed as leaves, so their costs are the sums of their ".cast_*" and ".gemm_*"
+// ops), the saved input bytes and the weight-copy bytes. From the FP32 run: the non-GEMM leaves
+// (an attention leaf minus its two projections). The casts of worker/precision_ops.h are
+// micro-benchmarked over 8 sizes from 4K to 4M elements (median of reps) and fitted with
+// fit_linear_cost. Also the optimizer step (median) and the static bytes (parameters, gradients,
+// optimizer state).
+//
+//   ProfileConfig c{.model = "mlp", .device_class = "cpu-avx2", .batch = 128, .out = "p.json"};
+//   DeviceProfile p = profile_run(c);   // activates the class: one class per process
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "planner/device_profile.h"
+#include "worker/layer.h"
+#include "worker/optimizer.h"
+
+namespace qsync {
+
+struct ProfileConfig {
+  std::string model;         // zoo name or model file
+  std::string device_class;  // the class to run as (required)
+  int64_t batch = 0;         // the local batch (required, > 0)
+  int threads = 1;
+  std::string data;          // Fashion-MNIST dir / text file; empty: synthetic batches (same cost)
+  int64_t steps = 5;         // measured steps per precision, after one discarded warm-up step
+  std::string out;           // where the profile JSON goes ("": not written)
+  OptimizerConfig optimizer; // AdamW by default, as `train`
+  uint64_t seed = 1;
+  bool quiet = false;        // no summary table on stdout
+};
+
+// An OpTimer keeping, per op, one sample per step (the sum of the op's calls within the step).
+class OpStepSamples : public OpTimer {
+ public:
+  void record(const std::string& op, double seconds) override;
+  void end_step();      // keeps the current step's sums as one sample per op
+  void discard_step();  // drops them (a warm-up step)
+  bool has(const std::string& op) const { return samples_.count(op) > 0; }
+  double median(const std::string& op) const;  // 0 when the op never ran
+  size_t steps(const std::string& op) const;
+
+ private:
+  std::map<std::string, double> current_;
+  std::map<std::string, std::vector<double>> samples_;
+};
+
+// Micro-benchmarks the casts of worker/precision_ops.h in `ctx` (its sixteen_bit settings decide
+// the INT8 -> 16-bit cast) and fills p.casts ((FP32, BF16), (FP32, FP16), (FP32, INT8) per
+// tensor, (FP32, FP8_E4M3), (INT8, ctx.sixteen_bit)) and p.channel_casts ((FP32, INT8)).
+void profile_fit_casts(DeviceProfile& p, StepContext& ctx, int reps = 5);
+
+// Activates the class, measures, writes c.out (atomically) when set and returns the profile.
+DeviceProfile profile_run(const ProfileConfig& c);
+
+// The command line of `qsync-worker profile` (the arguments after "profile"); bad or missing
+// flags throw std::invalid_argument naming the flag and the usage.
+extern const char* const PROFILE_USAGE;
+ProfileConfig profile_parse_args(int argc, char** argv);
+
+// A table: per GEMM layer, forward+backward ms at each precision and saved MiB; other layers;
+// casts; optimizer; static bytes.
+std::string profile_summary(const DeviceProfile& p);
+
+}  // namespace qsync
