@@ -13,9 +13,8 @@ What it measures
            recording the median step time of the last S steps (from the per-step JSON lines; a
            worker without --log-json gives only its median over all W+S steps, which is used
            then), peak_memory_bytes (the worker's accounted tensor bytes) and the process's peak
-           RSS. A class the CPU lacks (cpu-amx on a
-           CPU without AMX) is not run: the worker refuses it and names the class it would fall
-           back to, which is already a row of its own.
+           RSS. A class the CPU lacks (cpu-amx on a CPU without AMX) is not run: the worker
+           refuses it and names the class it would fall back to, which is a row of its own.
   PyTorch  the same model built by tools/torch_models.py, the same batch, random inputs of the
            right shape (token ids for char-gpt), cross-entropy, AdamW (lr 1e-3, no weight decay,
            as the worker's defaults), torch.set_num_threads(T) (and OMP/OpenBLAS thread counts of
@@ -33,9 +32,11 @@ What it measures
   (the input batch is ready before the clock starts).
 
   Memory: "accounted" is the worker's own tensor accounting (weights, gradients, optimizer
-  state, activations, workspaces). RSS is the whole process (for the worker this includes the
-  training set it loads, e.g. Fashion-MNIST; for PyTorch, the ~100+ MiB of the torch library,
-  reported separately as the RSS before the first step).
+  state, activations, workspaces). RSS is the whole process: for the worker it includes the
+  shared libraries (about 215 MiB for a CUDA-enabled build, which loads the CUDA runtime and
+  cuBLASLt even on the CPU; `qsync-worker --help` alone peaks there) and the training set it
+  loads (Fashion-MNIST as floats, ~190 MiB); for PyTorch, the torch library (~235 MiB, recorded
+  as the RSS before the first step).
 
   BF16: the comparison with torch's BF16 autocast uses our bf16 on the class where BF16 is
   native (cpu-amx: oneDNN uncapped). On a CPU without AMX no class of ours runs BF16 natively:
@@ -45,7 +46,8 @@ What it measures
   BF16 is native wherever the CPU has avx512_bf16.
 
 How to run (PyTorch is importable only with Debian's /usr/bin/python3)
-  /usr/bin/python3 bench/worker_bench.py                 # full: ~10 minutes at 1 thread
+  /usr/bin/python3 bench/worker_bench.py                 # full: ~3 minutes at 1 thread
+  /usr/bin/python3 bench/worker_bench.py --repeats 3     # best of 3 (rounds interleaved): ~8 minutes
   /usr/bin/python3 bench/worker_bench.py --quick         # smoke test: mlp + cnn, few steps
   /usr/bin/python3 bench/worker_bench.py --threads 2 --models cnn,vit --json /tmp/b.json
   /usr/bin/python3 bench/worker_bench.py --op-times      # plus a per-op breakdown of each of our runs
@@ -384,7 +386,8 @@ def render_notes(results):
         "ours ms / torch ms: median step (zero_grad + forward + loss + backward + AdamW step); threads: %d; "
         "best of %d run(s); torch: median of %d steps after %d warm-up; ours: %s."
         % (results["threads"], results["repeats"], results["steps"], results["torch_warmup"], results["ours_timing"]),
-        "ours MiB acc/RSS: the worker's accounted tensor peak / the process's peak RSS (incl. its data set).",
+        "ours MiB acc/RSS: the worker's accounted tensor peak / the process's peak RSS (incl. its shared "
+        "libraries and its data set).",
         "torch RSS: peak RSS of the PyTorch process (of which ~%s MiB is torch itself before the first step)."
         % results.get("torch_baseline_rss_mib", "?"),
         "ours/torch: fp32 rows ours-fp32 / torch-fp32; bf16 rows ours-bf16 / torch-bf16-autocast "

@@ -12,7 +12,9 @@
 // its first leaf) is at most target - (all-reduce seconds of buckets k..last) - the slowest
 // optimizer: the all-reduce chain ends at max_k(ready_k + those seconds). These are the chain
 // DP's per-leaf deadlines, so the DP solves the rank's problem itself, not a relaxation; its only
-// gap is the time discretization (at most m / bins of the slack, allocator_solver.h).
+// gap is the time discretization (at most m / bins of the slack, allocator_solver.h). The
+// greedy plan, when it meets the target, is handed to the DP as a known plan: it prunes, and it
+// is returned when nothing beats it.
 // Why no previous-layer precision in the DP state: in our engine every layer outputs FP32 (a
 // GEMM layer dequantizes/upcasts its own output), so the cast a GEMM layer needs depends only on
 // its own precision and is already inside its profiled cost; a layer's cost does not depend on
@@ -118,7 +120,8 @@ Choice solve_rank_exact(const JobModel& job, const RankModel& rank, double targe
     RankChain c = rank_chain(job, rank, target, tighten, false);
     if (greedy_met) c.problem.upper_bound = rank_indicator(rank, greedy);
     const ChainResult r = solve_chain(c.problem);
-    if (!r.feasible && greedy_met) {  // nothing beats greedy: it is optimal within the gap
+    if (r.gave_up) certified = false;
+    if (!r.feasible && greedy_met) {  // nothing beats greedy: optimal within the gap (unless gave_up)
       met = true;
       return greedy;
     }
@@ -148,8 +151,8 @@ std::vector<Choice> allocate_exact(JobModel& job, double target, std::vector<std
       notes.push_back(name + " cannot reach the step-time target even at its fastest precisions; it runs its fastest plan "
                              "that fits in memory (lower its local batch or raise the target)");
     else if (!certified)
-      notes.push_back(name + ": its first plan broke the target by rounding and was re-solved with tightened deadlines; "
-                             "feasible, but not certified optimal");
+      notes.push_back(name + ": the exact search hit its work limit (or its plan broke the target by rounding and was "
+                             "re-solved with tightened deadlines); the plan is feasible but not certified optimal");
   }
   if (!job.request->allow_batch_moves) return choices;
 

@@ -33,19 +33,39 @@ void prune(std::vector<State>& st) {
     m_varies = m_varies || x.m != st[0].m;
   }
   size_t kept = 0;
-  if (s_varies && m_varies) {  // two exact dimensions: check against every kept state
+  if (s_varies && m_varies) {
+    // Two exact dimensions. In order of value, a state is dominated iff a kept one has bin <=,
+    // m <= and s >=: a Fenwick tree over the (compressed) bins whose nodes hold staircases
+    // m -> the largest s at that m or less.
     std::sort(st.begin(), st.end(), [](const State& a, const State& b) {
-      if (a.bin != b.bin) return a.bin < b.bin;
       if (a.v != b.v) return a.v < b.v;
+      if (a.bin != b.bin) return a.bin < b.bin;
       if (a.s != b.s) return a.s > b.s;
       if (a.m != b.m) return a.m < b.m;
       return a.r < b.r;
     });
+    std::vector<int64_t> bins;
+    for (const State& x : st) bins.push_back(x.bin);
+    std::sort(bins.begin(), bins.end());
+    bins.erase(std::unique(bins.begin(), bins.end()), bins.end());
+    std::vector<std::map<int64_t, double>> tree(bins.size() + 1);
     for (size_t i = 0; i < st.size(); ++i) {
+      const State& x = st[i];
+      const size_t b = size_t(std::lower_bound(bins.begin(), bins.end(), x.bin) - bins.begin()) + 1;
       bool dominated = false;
-      for (size_t k = 0; k < kept && !dominated; ++k)
-        dominated = st[k].s >= st[i].s && st[k].m <= st[i].m && st[k].v <= st[i].v;
-      if (!dominated) st[kept++] = st[i];
+      for (size_t k = b; k > 0 && !dominated; k -= k & (~k + 1)) {
+        auto it = tree[k].upper_bound(x.m);
+        dominated = it != tree[k].begin() && std::prev(it)->second >= x.s;
+      }
+      if (dominated) continue;
+      for (size_t k = b; k < tree.size(); k += k & (~k + 1)) {
+        std::map<int64_t, double>& node = tree[k];
+        auto it = node.upper_bound(x.m);
+        if (it != node.begin() && std::prev(it)->second >= x.s) continue;
+        auto at = node.insert_or_assign(x.m, x.s).first;
+        for (auto next = std::next(at); next != node.end() && next->second <= x.s;) next = node.erase(next);
+      }
+      st[kept++] = x;
     }
     st.resize(kept);
     return;
@@ -80,8 +100,9 @@ ChainPrep chain_prepare(const ChainProblem& pb) {
   p.bins = pb.bins > 0 ? pb.bins : chain_default_bins(pb.slots.size());
   p.min_r.assign(pb.slots.size(), INF);
   p.min_f.assign(pb.slots.size(), INF);
+  p.min_b.assign(pb.slots.size(), INF);
   p.min_m.assign(pb.slots.size(), std::numeric_limits<int64_t>::max());
-  std::vector<double> min_b(pb.slots.size(), INF), leaf_r(n), leaf_f(n), leaf_b(n);
+  std::vector<double> leaf_r(n), leaf_f(n), leaf_b(n);
   std::vector<bool> has_slot(n, false);
   for (size_t j = 0; j < n; ++j) {
     leaf_r[j] = pb.leaves[j].forward + pb.leaves[j].backward;
@@ -97,14 +118,14 @@ ChainPrep chain_prepare(const ChainProblem& pb) {
     for (const ChainOption& o : s.options) {
       p.min_r[i] = std::min(p.min_r[i], o.forward + o.backward);
       p.min_f[i] = std::min(p.min_f[i], o.forward);
-      min_b[i] = std::min(min_b[i], o.backward);
+      p.min_b[i] = std::min(p.min_b[i], o.backward);
       p.min_m[i] = std::min(p.min_m[i], o.memory);
       slowest = std::max(slowest, o.forward + o.backward);
     }
     r_slowest += slowest;
     leaf_r[s.leaf] += p.min_r[i];
     leaf_f[s.leaf] += p.min_f[i];
-    leaf_b[s.leaf] += min_b[i];
+    leaf_b[s.leaf] += p.min_b[i];
     p.memory_floor += p.min_m[i];
     has_slot[s.leaf] = true;
   }
@@ -129,6 +150,9 @@ ChainPrep chain_prepare(const ChainProblem& pb) {
     r_fastest += leaf_r[j];
     r_slowest += pb.leaves[j].forward + pb.leaves[j].backward;
   }
+  p.d0 = d0;
+  p.min_b_suf.assign(n + 1, 0.0);
+  for (size_t j = n; j-- > 0;) p.min_b_suf[j] = p.min_b_suf[j + 1] + leaf_b[j];
   p.deadline.assign(n, INF);
   all_fixed_before = true;
   for (size_t j = 0; j < n; ++j) {
@@ -159,11 +183,15 @@ ChainResult chain_pass(const ChainProblem& pb, const ChainPrep& prep, const Chai
   const bool bounded = dual != nullptr && std::isfinite(pb.upper_bound);
   const double drift = double(pb.slots.size()) * width;
   const double value_tol = 1e-9 * std::max(1.0, std::abs(pb.upper_bound));
-  auto cannot_beat = [&](const State& x, size_t slot) {
+  // A state at leaf c, slot i: its value, the remaining slots' least costs, less the multiplied
+  // slacks it leaves: memory, the forward time earlier leaves may take (s, for the deadlines
+  // passed) and the deadlines ahead (j <= c), whose usage so far is x.r + kappa (less the drift).
+  auto cannot_beat = [&](const State& x, size_t slot, size_t c) {
     if (!bounded) return false;
-    const double memory_left = prep.limited ? double(prep.memory_slack - x.m) : 0;
-    const double time_left = std::max(prep.slack, 0.0) - x.r + drift;
-    return x.v + dual->rest[slot] - dual->lm * memory_left - dual->lt * time_left > pb.upper_bound + value_tol;
+    double b = x.v + dual->rest[slot] - dual->mu_e_upto[c] + dual->w_upto[c] * (x.r + dual->kappa[slot] - drift);
+    if (prep.limited) b -= dual->lm * double(prep.memory_slack - x.m);
+    if (dual->mu_after[c] > 0) b -= dual->mu_after[c] * (x.s - prep.min_f_pre[c]);
+    return b > pb.upper_bound + value_tol;
   };
 
   std::vector<std::vector<State>> layers(1, std::vector<State>(1));
@@ -190,7 +218,7 @@ ChainResult chain_pass(const ChainProblem& pb, const ChainPrep& prep, const Chai
           x.m = prep.limited ? prev[p].m + (opt.memory - prep.min_m[i]) : 0;
           if (x.m > prep.memory_slack) continue;
           x.v = prev[p].v + opt.value;
-          if (cannot_beat(x, i)) continue;
+          if (cannot_beat(x, i, j)) continue;
           x.bin = std::min<int64_t>(int64_t(x.r / width), bins);
           x.parent = int32_t(p);
           x.option = int32_t(o);
@@ -199,6 +227,10 @@ ChainResult chain_pass(const ChainProblem& pb, const ChainPrep& prep, const Chai
       }
       prune(next);
       out.states += int64_t(next.size());
+      if (out.states > pb.max_states) {
+        out.gave_up = true;
+        return out;
+      }
       layers.push_back(std::move(next));
       slot_of_layer.push_back(i);
     }
@@ -212,6 +244,7 @@ ChainResult chain_pass(const ChainProblem& pb, const ChainPrep& prep, const Chai
   size_t best = 0;
   for (size_t k = 1; k < last.size(); ++k)
     if (last[k].v < last[best].v || (last[k].v == last[best].v && last[k].r < last[best].r)) best = k;
+  if (bounded && last[best].v > pb.upper_bound + value_tol) return out;  // nothing beats the known plan
   out.feasible = true;
   out.choice.assign(pb.slots.size(), 0);
   out.memory = prep.memory_floor;

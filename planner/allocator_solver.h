@@ -23,14 +23,16 @@
 // Pruning: a state is dropped when it cannot meet a deadline even with the fastest remaining
 // choices; when another state has R in a lower-or-equal bin, s >=, memory <= and value <=
 // (bins: d = E / bins, E = leaf 0's deadline minus the fastest plan's whole pass); and when it
-// cannot beat `upper_bound` (a known plan's value): its value plus a Lagrangian lower bound of
-// the remaining slots (multipliers for memory and whole-pass time that maximize the bound at the
-// root, the LP relaxation's dual) exceeds it. s, memory and values are exact, so every returned
-// plan is feasible. Optimality gap: a dropped state's stand-in is at most d slower per slot, so
-// after m slots the returned value is at most the optimum under every deadline tightened by
-// m * d = (m / bins) * E (the bound test allows the stand-in that drift, so it keeps this). With
-// bins = 200 m that is 0.5 % of the slack above the fastest plan. Memory has no gap. When no
-// state beats upper_bound the result is infeasible: the known plan is then within the gap.
+// cannot beat a known plan (allocator_dual.cpp: Lagrangian bounds on the remaining slots, and
+// options fixed out up front by their reduced costs; the known plan is the caller's
+// `upper_bound` or a local search's). s, memory and values are exact, so every returned plan is
+// feasible. Optimality gap: a dropped state's stand-in is at most d slower per slot, so after m
+// slots the returned value is at most the optimum under every deadline tightened by
+// m * d = (m / bins) * E (the bound tests allow the stand-in that drift, so they keep this).
+// With bins = 200 m that is 0.5 % of the slack above the fastest plan. Memory has no gap.
+// Result: feasible = false when no plan meets the deadlines and memory, or when none beats the
+// caller's upper_bound (whose plan is then optimal within the gap). A pass that would keep more
+// than max_states states stops (gave_up): the best known plan is returned, uncertified.
 #pragma once
 
 #include <cstddef>
@@ -63,6 +65,7 @@ struct ChainProblem {
   int64_t memory_budget = -1;    // < 0: unlimited
   int bins = 0;                  // 0: chain_default_bins(slots)
   double upper_bound = std::numeric_limits<double>::infinity();  // a known feasible plan's value
+  int64_t max_states = 4'000'000;  // work limit of one DP pass (about a second or two)
 };
 
 struct ChainResult {
@@ -72,6 +75,7 @@ struct ChainResult {
   int64_t memory = 0;
   int64_t states = 0;            // states kept over all slots (the work done)
   bool two_time_dimensions = false;  // whether an earlier deadline needed the slack dimension
+  bool gave_up = false;  // a pass hit max_states: the result is the known plan (if any), not certified
 };
 
 ChainResult solve_chain(const ChainProblem& problem);

@@ -6,6 +6,8 @@
 //              uniform-low-weak|dynamic-batching] [--indicator STATS.json [--indicator-kind
 //              bidirectional|weight-error]] [--compare] [--target SECONDS] [--high P] [--low P]
 //              [--batch-moves] [--bucket-mib X]
+// Exit status: 0 plans written, 1 an error, 2 a usage error, 3 infeasible (a device cannot hold
+// the model within its memory budget at any precision: the message names it and the budget).
 //
 // The pool is the job's spec.pool.local (device classes, memory budgets, local batches); the
 // profiles come from a ProfileStore over DIR (measured files; GPU classes can be estimated). The
@@ -30,7 +32,7 @@ namespace qsync {
 namespace {
 
 const char* USAGE =
-    "usage: qsync-plan --job JOB.yaml --profiles DIR --out PLAN_DIR\n"
+    "usage: qsync-plan --job JOB.yaml --profiles DIR (omit: estimated GPU classes only) --out PLAN_DIR\n"
     "         [--strategy exact|greedy|uniform|uniform-low-weak|dynamic-batching] (default: the job's allocator)\n"
     "         [--indicator STATS.json] [--indicator-kind bidirectional|weight-error] [--compare]\n"
     "         [--target SECONDS] [--high P] [--low P] [--batch-moves] [--bucket-mib X]\n";
@@ -71,6 +73,14 @@ Args parse_args(int argc, char** argv) {
     else throw std::invalid_argument("unknown flag " + f);
   }
   if (a.job.empty() || a.out.empty()) throw std::invalid_argument("--job and --out are required");
+  if (!a.strategy.empty()) {
+    const std::vector<std::string> known = allocator_strategies();
+    if (std::find(known.begin(), known.end(), a.strategy) == known.end())
+      throw std::invalid_argument("unknown --strategy '" + a.strategy +
+                                  "'; choose exact, greedy, uniform, uniform-low-weak or dynamic-batching");
+  }
+  if (a.indicator_kind != "bidirectional" && a.indicator_kind != "weight-error")
+    throw std::invalid_argument("--indicator-kind must be bidirectional or weight-error, got '" + a.indicator_kind + "'");
   if (a.bucket_mib <= 0) throw std::invalid_argument("--bucket-mib must be positive");
   return a;
 }
@@ -166,8 +176,6 @@ int run(const Args& args) {
   if (!args.indicator.empty()) {
     const CalibrationStats stats = calibration_stats_load(args.indicator);
     calibration_stats_check(stats, req.model);
-    if (args.indicator_kind != "bidirectional" && args.indicator_kind != "weight-error")
-      throw std::invalid_argument("--indicator-kind must be bidirectional or weight-error, got '" + args.indicator_kind + "'");
     req.indicator = indicator_table(stats, args.indicator_kind == "bidirectional" ? IndicatorKind::BIDIRECTIONAL
                                                                                   : IndicatorKind::WEIGHT_ERROR);
     std::printf("indicator: %s (%s)\n", args.indicator_kind.c_str(), args.indicator.c_str());

@@ -3,6 +3,8 @@
 // training run of `qsync-worker calibrate`, and its arguments and report.
 #include "worker/calibration.h"
 
+#include "worker/cli_args.h"
+
 #include <cmath>
 #include <cstdio>
 #include <stdexcept>
@@ -75,17 +77,6 @@ std::vector<double> coverage(int64_t n, int64_t out, int64_t k, int64_t stride, 
   return c;
 }
 
-int64_t parse_int(const std::string& flag, const std::string& v) {
-  size_t used = 0;
-  int64_t x = 0;
-  try {
-    x = std::stoll(v, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used != v.size() || v.empty()) throw std::invalid_argument(flag + " expects an integer, got '" + v + "'");
-  return x;
-}
 
 void print_report(const CalibrationStats& s) {
   std::printf("calibrated %s: %lld steps at batch %lld\n", s.model.c_str(), (long long)s.steps, (long long)s.batch);
@@ -239,10 +230,10 @@ CalibrateConfig calibrate_parse_args(int argc, char** argv) {
     if (a == "--data") c.data = v;
     if (a == "--out") c.out = v;
     if (a == "--device-class") c.device_class = v;
-    if (a == "--steps") c.steps = parse_int(a, v);
-    if (a == "--batch") c.batch = parse_int(a, v);
-    if (a == "--seed") c.seed = uint64_t(parse_int(a, v));
-    if (a == "--threads") c.threads = int(parse_int(a, v));
+    if (a == "--steps") c.steps = parse_int_flag(a, v);
+    if (a == "--batch") c.batch = parse_int_flag(a, v);
+    if (a == "--seed") c.seed = uint64_t(parse_int_flag(a, v));
+    if (a == "--threads") c.threads = int(parse_int_flag(a, v));
   }
   if (c.model.empty()) throw std::invalid_argument(std::string("calibrate: --model is required\n") + CALIBRATE_USAGE);
   if (c.out.empty())

@@ -22,6 +22,7 @@
 
 #include "worker/calibration.h"
 #include "worker/profiler.h"
+#include "worker/cli_args.h"
 #include "worker/trainer.h"
 
 namespace qsync {
@@ -38,29 +39,6 @@ const char* USAGE =
     "         [--bucket-mib X] [--weight-hash-every N] [--collective-timeout SECONDS]\n"
     "  Data-parallel ranks also read MASTER_ADDR, MASTER_PORT, RANK and WORLD_SIZE (flags win).\n";
 
-int64_t parse_int(const std::string& flag, const std::string& v) {
-  size_t used = 0;
-  int64_t x = 0;
-  try {
-    x = std::stoll(v, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used != v.size()) throw std::invalid_argument(flag + " expects an integer, got '" + v + "'");
-  return x;
-}
-
-double parse_double(const std::string& flag, const std::string& v) {
-  size_t used = 0;
-  double x = 0;
-  try {
-    x = std::stod(v, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used != v.size()) throw std::invalid_argument(flag + " expects a number, got '" + v + "'");
-  return x;
-}
 
 TrainConfig parse_train(int argc, char** argv) {
   TrainConfig c;
@@ -70,37 +48,37 @@ TrainConfig parse_train(int argc, char** argv) {
       {"--plan", [&](const std::string& v) { c.plan_path = v; }},
       {"--precision", [&](const std::string& v) { c.precision = v; }},
       {"--steps", [&](const std::string& v) {
-         c.steps = parse_int("--steps", v);
+         c.steps = parse_int_flag("--steps", v);
          if (c.steps < 1) throw std::invalid_argument("--steps must be at least 1, got " + v);
        }},
       {"--epochs", [&](const std::string& v) {
-         c.epochs = parse_double("--epochs", v);
+         c.epochs = parse_double_flag("--epochs", v);
          if (!(c.epochs > 0)) throw std::invalid_argument("--epochs must be positive, got " + v);
        }},
-      {"--batch", [&](const std::string& v) { c.batch = parse_int("--batch", v); }},
-      {"--lr", [&](const std::string& v) { c.optimizer.lr = parse_double("--lr", v); }},
+      {"--batch", [&](const std::string& v) { c.batch = parse_int_flag("--batch", v); }},
+      {"--lr", [&](const std::string& v) { c.optimizer.lr = parse_double_flag("--lr", v); }},
       {"--optimizer", [&](const std::string& v) { c.optimizer.kind = optimizer_kind_from_name(v); }},
-      {"--weight-decay", [&](const std::string& v) { c.optimizer.weight_decay = parse_double("--weight-decay", v); }},
-      {"--warmup", [&](const std::string& v) { c.optimizer.warmup_steps = parse_int("--warmup", v); }},
-      {"--grad-clip", [&](const std::string& v) { c.optimizer.grad_clip = parse_double("--grad-clip", v); }},
-      {"--seed", [&](const std::string& v) { c.seed = uint64_t(parse_int("--seed", v)); }},
-      {"--eval-every", [&](const std::string& v) { c.eval_every = parse_int("--eval-every", v); }},
-      {"--eval-limit", [&](const std::string& v) { c.eval_limit = parse_int("--eval-limit", v); }},
+      {"--weight-decay", [&](const std::string& v) { c.optimizer.weight_decay = parse_double_flag("--weight-decay", v); }},
+      {"--warmup", [&](const std::string& v) { c.optimizer.warmup_steps = parse_int_flag("--warmup", v); }},
+      {"--grad-clip", [&](const std::string& v) { c.optimizer.grad_clip = parse_double_flag("--grad-clip", v); }},
+      {"--seed", [&](const std::string& v) { c.seed = uint64_t(parse_int_flag("--seed", v)); }},
+      {"--eval-every", [&](const std::string& v) { c.eval_every = parse_int_flag("--eval-every", v); }},
+      {"--eval-limit", [&](const std::string& v) { c.eval_limit = parse_int_flag("--eval-limit", v); }},
       {"--checkpoint-dir", [&](const std::string& v) { c.checkpoint_dir = v; }},
-      {"--checkpoint-every", [&](const std::string& v) { c.checkpoint_every = parse_int("--checkpoint-every", v); }},
+      {"--checkpoint-every", [&](const std::string& v) { c.checkpoint_every = parse_int_flag("--checkpoint-every", v); }},
       {"--summary-json", [&](const std::string& v) { c.summary_json = v; }},
       {"--device-class", [&](const std::string& v) { c.device_class = v; }},
-      {"--threads", [&](const std::string& v) { c.threads = int(parse_int("--threads", v)); }},
-      {"--memory-budget", [&](const std::string& v) { c.memory_budget = parse_int("--memory-budget", v) << 20; }},
-      {"--log-every", [&](const std::string& v) { c.log_every = parse_int("--log-every", v); }},
-      {"--rank", [&](const std::string& v) { c.rank = int(parse_int("--rank", v)); }},
-      {"--world-size", [&](const std::string& v) { c.world_size = int(parse_int("--world-size", v)); }},
+      {"--threads", [&](const std::string& v) { c.threads = int(parse_int_flag("--threads", v)); }},
+      {"--memory-budget", [&](const std::string& v) { c.memory_budget = parse_int_flag("--memory-budget", v) << 20; }},
+      {"--log-every", [&](const std::string& v) { c.log_every = parse_int_flag("--log-every", v); }},
+      {"--rank", [&](const std::string& v) { c.rank = int(parse_int_flag("--rank", v)); }},
+      {"--world-size", [&](const std::string& v) { c.world_size = int(parse_int_flag("--world-size", v)); }},
       {"--master-addr", [&](const std::string& v) { c.master_addr = v; }},
-      {"--master-port", [&](const std::string& v) { c.master_port = int(parse_int("--master-port", v)); }},
-      {"--bucket-mib", [&](const std::string& v) { c.bucket_bytes = int64_t(parse_double("--bucket-mib", v) * (1 << 20)); }},
-      {"--weight-hash-every", [&](const std::string& v) { c.weight_hash_every = parse_int("--weight-hash-every", v); }},
-      {"--collective-timeout", [&](const std::string& v) { c.collective_timeout_seconds = parse_double("--collective-timeout", v); }},
-      {"--metrics-port", [&](const std::string& v) { c.metrics_port = int(parse_int("--metrics-port", v)); }},
+      {"--master-port", [&](const std::string& v) { c.master_port = int(parse_int_flag("--master-port", v)); }},
+      {"--bucket-mib", [&](const std::string& v) { c.bucket_bytes = int64_t(parse_double_flag("--bucket-mib", v) * (1 << 20)); }},
+      {"--weight-hash-every", [&](const std::string& v) { c.weight_hash_every = parse_int_flag("--weight-hash-every", v); }},
+      {"--collective-timeout", [&](const std::string& v) { c.collective_timeout_seconds = parse_double_flag("--collective-timeout", v); }},
+      {"--metrics-port", [&](const std::string& v) { c.metrics_port = int(parse_int_flag("--metrics-port", v)); }},
       {"--job-name", [&](const std::string& v) { c.job_name = v; }},
   };
   for (int i = 0; i < argc; ++i) {

@@ -44,12 +44,15 @@ std::vector<Tensor*> Optimizer::state() {
 }
 
 double Optimizer::step(int64_t step) {
-  double sq = 0.0;  // fixed order, double accumulation: identical on every rank
-  for (Parameter* p : params_) {
-    const float* g = p->grad.f32();
-    for (int64_t i = 0; i < p->grad.numel(); ++i) sq += double(g[i]) * double(g[i]);
+  double norm = 0.0;
+  if (config_.grad_clip > 0) {
+    double sq = 0.0;  // fixed order, double accumulation: identical on every rank
+    for (Parameter* p : params_) {
+      const float* g = p->grad.f32();
+      for (int64_t i = 0; i < p->grad.numel(); ++i) sq += double(g[i]) * double(g[i]);
+    }
+    norm = std::sqrt(sq);
   }
-  const double norm = std::sqrt(sq);
   const float clip = config_.grad_clip > 0 && norm > config_.grad_clip ? float(config_.grad_clip / (norm + 1e-6)) : 1.0f;
   const float lr = float(lr_at(step));
   const float wd = float(config_.weight_decay);

@@ -36,7 +36,8 @@ class Optimizer {
   // The learning rate at `step` (0-based): linear warmup to lr, then cosine to lr * min_lr_ratio.
   double lr_at(int64_t step) const;
   // Clips (if configured) and applies one update with lr_at(step); returns the pre-clip global
-  // gradient norm. Gradients are left as they are (zeroing is the caller's).
+  // gradient norm when clipping is on (0 otherwise: the norm is not computed). Gradients are
+  // left as they are (zeroing is the caller's).
   double step(int64_t step);
 
   // Optimizer state tensors, in a fixed order (for checkpoints): momentum (SGD) or m, v (AdamW)

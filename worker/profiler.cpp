@@ -2,6 +2,8 @@
 // The device profile measurement of `qsync-worker profile` (see profiler.h).
 #include "worker/profiler.h"
 
+#include "worker/cli_args.h"
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -310,17 +312,7 @@ const char* const PROFILE_USAGE =
 
 ProfileConfig profile_parse_args(int argc, char** argv) {
   ProfileConfig c;
-  auto integer = [](const std::string& flag, const std::string& v) {
-    size_t used = 0;
-    int64_t x = 0;
-    try {
-      x = std::stoll(v, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    if (used != v.size()) throw std::invalid_argument(flag + " expects an integer, got '" + v + "'");
-    return x;
-  };
+  const auto integer = parse_int_flag;
   for (int i = 0; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--quiet") {

@@ -2,6 +2,10 @@
 // ReLU and exact-erf GELU: forward next to backward, one pass over B * N elements each.
 #include "worker/layers/activation.h"
 
+#include <algorithm>
+
+#include "worker/layers/vector_math.h"
+
 #include <cmath>
 #include <stdexcept>
 
@@ -82,37 +86,51 @@ GeluLayer::GeluLayer(const LayerDesc& d, MemoryAccount* memory) : Layer(d) {
   check_elementwise_desc(desc_);
 }
 
+// Elementwise work runs in chunks through the vector erf/exp of vector_math.h.
+constexpr int64_t GELU_CHUNK = 1024;
+
 Tensor GeluLayer::forward(const Tensor& x, StepContext& ctx) {
-  const int64_t B = check_batched(x, desc_.in_shape, name(), "input");
-  const int64_t per_sample = B > 0 ? x.numel() / B : 0;
+  check_batched(x, desc_.in_shape, name(), "input");
+  const int64_t n = x.numel();
   Tensor y = Tensor::empty(x.shape(), Precision::FP32, ctx.memory, name() + ".out");  // (B, N...)
   const float* xp = x.f32();
   float* yp = y.f32();
-#pragma omp parallel for if (x.numel() > (1 << 14))
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t i = b * per_sample; i < (b + 1) * per_sample; ++i)
-      yp[i] = 0.5f * xp[i] * (1.0f + std::erf(xp[i] * INV_SQRT2));
-  input_ = ctx.training ? x.clone(ctx.memory, name() + ".input") : Tensor();  // (B, N...)
+#pragma omp parallel for if (n > (1 << 14)) schedule(static)
+  for (int64_t c = 0; c < (n + GELU_CHUNK - 1) / GELU_CHUNK; ++c) {
+    const int64_t begin = c * GELU_CHUNK, len = std::min(GELU_CHUNK, n - begin);
+    float t[GELU_CHUNK];
+    for (int64_t i = 0; i < len; ++i) t[i] = xp[begin + i] * INV_SQRT2;
+    erf_buffer(t, t, len);
+    for (int64_t i = 0; i < len; ++i) yp[begin + i] = 0.5f * xp[begin + i] * (1.0f + t[i]);
+  }
+  input_ = ctx.training ? x : Tensor();  // (B, N...): kept alive for backward, not copied
   return y;
 }
 
 Tensor GeluLayer::backward(const Tensor& dy, StepContext& ctx) {
-  const int64_t B = check_batched(dy, desc_.out_shape, name(), "dy");
+  check_batched(dy, desc_.out_shape, name(), "dy");
   if (!input_.defined() || input_.shape() != dy.shape())
     throw std::logic_error("layer '" + name() + "': backward without a matching training forward");
-  const int64_t per_sample = B > 0 ? dy.numel() / B : 0;
+  const int64_t n = dy.numel();
   Tensor dx = Tensor::empty(dy.shape(), Precision::FP32, ctx.memory, name() + ".dx");  // (B, N...)
   const float* xp = input_.f32();
   const float* dyp = dy.f32();
   float* dxp = dx.f32();
-#pragma omp parallel for if (dy.numel() > (1 << 14))
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t i = b * per_sample; i < (b + 1) * per_sample; ++i) {
-      const float x = xp[i];
-      const float cdf = 0.5f * (1.0f + std::erf(x * INV_SQRT2));
-      const float pdf = INV_SQRT_2PI * std::exp(-0.5f * x * x);
-      dxp[i] = dyp[i] * (cdf + x * pdf);
+#pragma omp parallel for if (n > (1 << 14)) schedule(static)
+  for (int64_t c = 0; c < (n + GELU_CHUNK - 1) / GELU_CHUNK; ++c) {
+    const int64_t begin = c * GELU_CHUNK, len = std::min(GELU_CHUNK, n - begin);
+    float cdf[GELU_CHUNK], pdf[GELU_CHUNK];
+    for (int64_t i = 0; i < len; ++i) {
+      cdf[i] = xp[begin + i] * INV_SQRT2;
+      pdf[i] = -0.5f * xp[begin + i] * xp[begin + i];
     }
+    erf_buffer(cdf, cdf, len);
+    exp_buffer(pdf, pdf, len);
+    for (int64_t i = 0; i < len; ++i) {
+      const float x = xp[begin + i];
+      dxp[begin + i] = dyp[begin + i] * (0.5f * (1.0f + cdf[i]) + x * INV_SQRT_2PI * pdf[i]);
+    }
+  }
   input_ = Tensor();
   return dx;
 }

@@ -61,8 +61,21 @@ TEST(Activation, SavedBytesChargedAndReleased) {
   Tensor x = random_tensor({2, 3, 7}, rng);
   ReluLayer relu(make_desc("relu", LayerKind::RELU, {3, 7}), nullptr);
   EXPECT_EQ(check_step_memory(relu, x), x.numel());  // a 1-byte mask
+  // GELU keeps its FP32 input alive for backward by reference (no copy): it reports the input's
+  // bytes as saved, and the account is charged only for its output.
   GeluLayer gelu(make_desc("gelu", LayerKind::GELU, {3, 7}), nullptr);
-  EXPECT_EQ(check_step_memory(gelu, x), x.bytes());  // the FP32 input
+  MemoryAccount account;
+  StepContext ctx;
+  ctx.memory = &account;
+  ctx.training = true;
+  {
+    Tensor y = gelu.forward(x, ctx);
+    EXPECT_EQ(gelu.saved_bytes(), x.bytes());
+    EXPECT_EQ(account.current_bytes(), y.bytes());
+    Tensor dx = gelu.backward(Tensor::zeros(y.shape(), Precision::FP32, nullptr), ctx);
+    EXPECT_EQ(gelu.saved_bytes(), 0);
+  }
+  EXPECT_EQ(account.current_bytes(), 0);
 }
 
 TEST(Activation, ShapeChecks) {
