@@ -24,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/device_class.h"
 #include "planner/allocator.h"
 #include "planner/indicator.h"
 #include "planner/job_spec.h"
@@ -163,13 +164,23 @@ int run(const Args& args) {
   for (int r = 0; r < world; ++r) {
     const LocalWorkerSpec& w = job.local_workers[size_t(r)];
     PoolRank p;
+    // A local pool runs where the planner runs: a CPU class this CPU lacks runs as its fallback
+    // (as `qsync run` does), so plan for that one.
     p.device_class = w.device_class;
+    if (!is_estimated_gpu_class(w.device_class)) {
+      const DeviceClass& runs_as = device_class_fallback(device_class_by_name(w.device_class));
+      if (runs_as.name != w.device_class) {
+        std::fprintf(stderr, "note: rank %d: %s is not available on this CPU; planning it as %s\n", r,
+                     w.device_class.c_str(), runs_as.name.c_str());
+        p.device_class = runs_as.name;
+      }
+    }
     p.memory_budget_bytes = w.memory_budget_bytes;
     p.node = "local";
     p.local_batch = w.local_batch;
     if (!w.precision.empty()) p.precision = layer_precision_from_name(w.precision);
     const int64_t batch = w.local_batch > 0 ? w.local_batch : job.global_batch / world + (r < job.global_batch % world ? 1 : 0);
-    p.profile = store.find(req.model, w.device_class, std::max<int64_t>(batch, 1));
+    p.profile = store.find(req.model, p.device_class, std::max<int64_t>(batch, 1));
     req.pool.push_back(std::move(p));
   }
   req.comm = store.comm(world);
