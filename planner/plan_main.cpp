@@ -26,6 +26,7 @@
 
 #include "kernels/device_class.h"
 #include "planner/allocator.h"
+#include "planner/cli_args.h"
 #include "planner/indicator.h"
 #include "planner/job_spec.h"
 
@@ -45,14 +46,8 @@ struct Args {
 };
 
 double parse_double(const std::string& flag, const std::string& v) {
-  size_t used = 0;
-  double x = 0;
-  try {
-    x = std::stod(v, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used != v.size() || !(x >= 0)) throw std::invalid_argument(flag + " expects a non-negative number, got '" + v + "'");
+  const double x = parse_double_flag(flag, v);
+  if (!(x >= 0)) throw std::invalid_argument(flag + " expects a non-negative number, got '" + v + "'");
   return x;
 }
 

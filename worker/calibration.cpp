@@ -3,7 +3,7 @@
 // training run of `qsync-worker calibrate`, and its arguments and report.
 #include "worker/calibration.h"
 
-#include "worker/cli_args.h"
+#include "planner/cli_args.h"
 
 #include <cmath>
 #include <cstdio>

@@ -22,7 +22,7 @@
 
 #include "worker/calibration.h"
 #include "worker/profiler.h"
-#include "worker/cli_args.h"
+#include "planner/cli_args.h"
 #include "worker/trainer.h"
 
 namespace qsync {

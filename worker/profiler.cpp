@@ -2,7 +2,7 @@
 // The device profile measurement of `qsync-worker profile` (see profiler.h).
 #include "worker/profiler.h"
 
-#include "worker/cli_args.h"
+#include "planner/cli_args.h"
 
 #include <algorithm>
 #include <chrono>

@@ -1,5 +1,5 @@
-// File: worker/cli_args.h
-// Flag values of the qsync-worker commands: whole-string numbers, with errors naming the flag.
+// File: planner/cli_args.h
+// Flag values of the command-line tools (qsync-worker, qsync-plan): whole-string numbers, with errors naming the flag.
 #pragma once
 
 #include <cstdint>

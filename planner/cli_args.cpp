@@ -1,6 +1,6 @@
-// File: worker/cli_args.cpp
+// File: planner/cli_args.cpp
 // Whole-string number parsing for command-line flags.
-#include "worker/cli_args.h"
+#include "planner/cli_args.h"
 
 #include <stdexcept>
 
