@@ -186,6 +186,17 @@ Tensor backward_weight(const Tensor& saved_w, const Tensor& master_w, LayerPreci
   return saved_w;
 }
 
+void set_sixteen_bit_for(const DeviceClass& c, StepContext& ctx) {
+  for (const PrecisionCapability& p : device_class_capabilities(c))
+    if (p.precision == Precision::BF16 && p.level == SupportLevel::NATIVE) {
+      ctx.sixteen_bit = Precision::BF16;
+      ctx.sixteen_bit_native = true;
+      return;
+    }
+  ctx.sixteen_bit = Precision::FP16;
+  ctx.sixteen_bit_native = c.kind == DeviceKind::CUDA;
+}
+
 void matmul(const Tensor& a, Transpose ta, const Tensor& b, Transpose tb, float* c, float beta) {
   const int64_t ra = rows_of(a), ca = cols_of(a), rb = rows_of(b), cb = cols_of(b);
   const bool a_t = ta == Transpose::YES, b_t = tb == Transpose::YES;

@@ -18,6 +18,7 @@
 
 #include <string>
 
+#include "kernels/device_class.h"
 #include "planner/layer_precision.h"
 #include "worker/layer.h"
 #include "worker/tensor.h"
@@ -36,6 +37,10 @@ Tensor cast_gradient(const Tensor& dy, LayerPrecision p, StepContext& ctx, const
 Tensor backward_operand(const Tensor& saved, LayerPrecision p, StepContext& ctx, const std::string& layer);
 Tensor backward_weight(const Tensor& saved_w, const Tensor& master_w, LayerPrecision p, StepContext& ctx,
                        const std::string& layer, OperandRole role);
+
+// The device's 16-bit format for the backward GEMMs of int8 layers: BF16 where the class computes
+// it natively, FP16 on CUDA, else FP16 numerics emulated in FP32 GEMMs (sixteen_bit_native false).
+void set_sixteen_bit_for(const DeviceClass& c, StepContext& ctx);
 
 // C (m, n) = op(A) op(B) + beta C with A, B 2-D views: (rows, cols) = their shapes' leading
 // product and last dim. Scales come from the tensors (per tensor, or per channel = per row of the

@@ -36,18 +36,6 @@ double median_of(std::vector<double> v) {
   return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-// As the trainer: BF16 where the class computes it natively, FP16 on CUDA, else FP16 numerics
-// emulated in FP32 GEMMs.
-void set_sixteen_bit(const DeviceClass& c, StepContext& ctx) {
-  for (const PrecisionCapability& p : device_class_capabilities(c))
-    if (p.precision == Precision::BF16 && p.level == SupportLevel::NATIVE) {
-      ctx.sixteen_bit = Precision::BF16;
-      ctx.sixteen_bit_native = true;
-      return;
-    }
-  ctx.sixteen_bit = Precision::FP16;
-  ctx.sixteen_bit_native = c.kind == DeviceKind::CUDA;
-}
 
 std::string cpu_model_name() {
   std::ifstream in("/proc/cpuinfo");
@@ -220,7 +208,7 @@ DeviceProfile profile_run(const ProfileConfig& c) {
   StepContext ctx;
   ctx.memory = &memory;
   ctx.seed = c.seed;
-  set_sixteen_bit(device, ctx);
+  set_sixteen_bit_for(device, ctx);
 
   DeviceProfile p;
   p.model = desc.name;

@@ -16,6 +16,7 @@
 #include "worker/dist/collectives.h"
 #include "worker/loss.h"
 #include "worker/model.h"
+#include "worker/precision_ops.h"
 #include "worker/op_time_table.h"
 #include "worker/telemetry.h"
 #include "worker/progress.h"
@@ -44,18 +45,6 @@ Shape batch_shape(const ModelDesc& m, int64_t batch) {
   return s;
 }
 
-// The device's 16-bit format for INT8 backward GEMMs: BF16 where the class computes it natively,
-// FP16 on CUDA, else FP16 numerics emulated in FP32 GEMMs.
-void set_sixteen_bit(const DeviceClass& c, StepContext& ctx) {
-  for (const PrecisionCapability& p : device_class_capabilities(c))
-    if (p.precision == Precision::BF16 && p.level == SupportLevel::NATIVE) {
-      ctx.sixteen_bit = Precision::BF16;
-      ctx.sixteen_bit_native = true;
-      return;
-    }
-  ctx.sixteen_bit = Precision::FP16;
-  ctx.sixteen_bit_native = c.kind == DeviceKind::CUDA;
-}
 
 RankPlan load_plan(const TrainConfig& c, const ModelDesc& m) {
   if (!c.plan_path.empty()) {
@@ -236,7 +225,7 @@ TrainSummary train_run(const TrainConfig& c) {
   ctx.memory = &memory;
   ctx.seed = c.seed;
   if (c.op_times) ctx.timer = &op_table;
-  set_sixteen_bit(device, ctx);
+  set_sixteen_bit_for(device, ctx);
   std::unique_ptr<GradientSync> sync;
   if (world > 1) {
     sync = std::make_unique<GradientSync>(*coll, model.parameters(), c.bucket_bytes);
