@@ -165,9 +165,9 @@ void check_memory_feasible(const RankModel& rank) {
   if (least > rank.memory_budget)
     throw InfeasiblePlan(who(rank) + " cannot hold the model at local batch " + std::to_string(rank.local_batch) +
                          " within its memory budget of " + std::to_string(rank.memory_budget) + " bytes (" +
-                         mib(rank.memory_budget) + ") even at its lowest-memory precisions: it needs at least " +
+                         mib(rank.memory_budget) + ") even at its lowest-memory precisions; the smallest budget that would fit is " +
                          std::to_string(least) + " bytes (" + mib(least) +
-                         "); raise its memoryBudget to that, lower its local batch, or drop it from the pool");
+                         "): raise its memoryBudget to that, lower its local batch, or drop it from the pool");
 }
 
 std::vector<size_t> training_ranks(const JobModel& job) {

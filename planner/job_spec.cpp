@@ -83,6 +83,30 @@ int64_t parse_memory_quantity(const std::string& s, const std::string& what) {
   return v;
 }
 
+double parse_duration_seconds(const std::string& s, const std::string& what) {
+  static const std::pair<const char*, double> units[] = {{"ms", 1e-3}, {"us", 1e-6}, {"s", 1.0}, {"m", 60.0}};
+  std::string number = s;
+  double unit = 1.0;
+  for (const auto& [suffix, scale] : units) {
+    const std::string sf = suffix;
+    if (s.size() > sf.size() && s.compare(s.size() - sf.size(), sf.size(), sf) == 0) {
+      number = s.substr(0, s.size() - sf.size());
+      unit = scale;
+      break;
+    }
+  }
+  size_t used = 0;
+  double v = -1;
+  try {
+    v = std::stod(number, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (number.empty() || used != number.size() || !(v > 0))
+    throw std::invalid_argument(what + ": '" + s + "' is not a positive duration (use e.g. 250ms, 1.5s or seconds)");
+  return v * unit;
+}
+
 JobSpec job_spec_parse(const std::string& text, const std::string& source) {
   YAML::Node root;
   try {
@@ -145,12 +169,32 @@ JobSpec job_spec_parse(const std::string& text, const std::string& source) {
     j.checkpoint_interval_steps = get<int64_t>(c, "intervalSteps", 0, source, "spec.checkpoint");
   }
   if (const YAML::Node p = spec["planning"]) {
-    check_keys(p, {"allocator", "precision", "stepTimeTarget"}, source, "spec.planning");
+    check_keys(p,
+               {"allocator", "precision", "stepTimeTarget", "lowPrecision", "indicator", "profiles", "calibration",
+                "batchMoves"},
+               source, "spec.planning");
     j.allocator = get<std::string>(p, "allocator", j.allocator, source, "spec.planning");
-    if (j.allocator != "uniform" && j.allocator != "exact" && j.allocator != "greedy" && j.allocator != "dynamic-batching")
-      fail(source, "spec.planning.allocator '" + j.allocator + "' is not one of uniform, exact, greedy, dynamic-batching");
+    if (j.allocator != "uniform" && j.allocator != "exact" && j.allocator != "greedy" &&
+        j.allocator != "dynamic-batching" && j.allocator != "uniform-low-weak")
+      fail(source, "spec.planning.allocator '" + j.allocator +
+                       "' is not one of exact, greedy, uniform, uniform-low-weak, dynamic-batching");
     j.precision = get<std::string>(p, "precision", j.precision, source, "spec.planning");
     check_precision(j.precision, source, "spec.planning.precision");
+    j.low_precision = get<std::string>(p, "lowPrecision", j.low_precision, source, "spec.planning");
+    check_precision(j.low_precision, source, "spec.planning.lowPrecision");
+    const std::string target = get<std::string>(p, "stepTimeTarget", "", source, "spec.planning");
+    if (!target.empty())
+      j.step_time_target_seconds = parse_duration_seconds(target, source + ": spec.planning.stepTimeTarget");
+    j.indicator = get<std::string>(p, "indicator", j.indicator, source, "spec.planning");
+    if (j.indicator != "bidirectional" && j.indicator != "weight-error")
+      fail(source, "spec.planning.indicator '" + j.indicator + "' is not one of bidirectional, weight-error");
+    const auto relative_to_job = [&](const std::string& v) {
+      const std::filesystem::path path = v;
+      return v.empty() || path.is_absolute() ? v : (std::filesystem::path(source).parent_path() / path).string();
+    };
+    j.profiles_dir = relative_to_job(get<std::string>(p, "profiles", "", source, "spec.planning"));
+    j.calibration = relative_to_job(get<std::string>(p, "calibration", "", source, "spec.planning"));
+    j.batch_moves = get<bool>(p, "batchMoves", false, source, "spec.planning");
   }
   if (const YAML::Node pool = spec["pool"]) {
     check_keys(pool, {"local", "training", "inference"}, source, "spec.pool");

@@ -16,7 +16,9 @@
 //     seed: 1
 //     evalLimit: 2000                         # 0: the whole test set
 //     checkpoint: {dir: checkpoints, intervalSteps: 100}
-//     planning: {allocator: uniform, precision: fp32}
+//     planning: {allocator: exact, precision: fp32, stepTimeTarget: 250ms, lowPrecision: int8,
+//                indicator: bidirectional, profiles: profiles/, calibration: cnn.calib.json,
+//                batchMoves: false}
 //     pool:
 //       local:
 //         - {deviceClass: cpu-amx, threads: 1, memoryBudget: 2Gi}
@@ -52,14 +54,22 @@ struct JobSpec {
   int64_t eval_limit = 0;
   std::string checkpoint_dir;  // relative: against the run's work dir
   int64_t checkpoint_interval_steps = 0;
-  std::string allocator = "uniform";  // uniform | exact | greedy | dynamic-batching (planner issue)
-  std::string precision = "fp32";     // uniform allocator: every GEMM layer of every rank
+  std::string allocator = "exact";    // exact | greedy | uniform | uniform-low-weak | dynamic-batching
+  std::string precision = "fp32";     // the training devices' precision (uniform: every rank's)
+  std::string low_precision = "int8"; // uniform-low-weak: the weak ranks' precision
+  double step_time_target_seconds = 0;  // 0: the training devices' step time (allocator.h)
+  std::string indicator = "bidirectional";  // bidirectional | weight-error
+  std::string profiles_dir;           // measured device profiles ("" : `qsync run` measures them)
+  std::string calibration;            // calibration stats file ("" : `qsync run` collects them)
+  bool batch_moves = false;           // let the allocator move batch between ranks
   std::vector<LocalWorkerSpec> local_workers;
 };
 
 // Parses a job file; errors (std::invalid_argument) name the file, the field and the fix.
 JobSpec job_spec_load(const std::string& path);
 JobSpec job_spec_parse(const std::string& yaml_text, const std::string& source);
+// "250ms", "1.5s", "2m", "0.25" (seconds) -> seconds.
+double parse_duration_seconds(const std::string& s, const std::string& what);
 // "2Gi", "512Mi", "1G", "1000000" -> bytes (Kubernetes quantity suffixes).
 int64_t parse_memory_quantity(const std::string& s, const std::string& what);
 

@@ -29,18 +29,19 @@
 #include "planner/cli_args.h"
 #include "planner/indicator.h"
 #include "planner/job_spec.h"
+#include "planner/local_plan.h"
 
 namespace qsync {
 namespace {
 
 const char* USAGE =
-    "usage: qsync-plan --job JOB.yaml --profiles DIR (omit: estimated GPU classes only) --out PLAN_DIR\n"
+    "usage: qsync-plan --job JOB.yaml --profiles DIR (default: the job's planning.profiles) --out PLAN_DIR\n"
     "         [--strategy exact|greedy|uniform|uniform-low-weak|dynamic-batching] (default: the job's allocator)\n"
-    "         [--indicator STATS.json] [--indicator-kind bidirectional|weight-error] [--compare]\n"
+    "         [--indicator STATS.json (default: the job's planning.calibration)] [--indicator-kind bidirectional|weight-error] [--compare]\n"
     "         [--target SECONDS] [--high P] [--low P] [--batch-moves] [--bucket-mib X]\n";
 
 struct Args {
-  std::string job, profiles, out, strategy, indicator, indicator_kind = "bidirectional", high, low;
+  std::string job, profiles, out, strategy, indicator, indicator_kind, high, low;
   bool compare = false, batch_moves = false;
   double target = 0, bucket_mib = 25;
 };
@@ -75,7 +76,7 @@ Args parse_args(int argc, char** argv) {
       throw std::invalid_argument("unknown --strategy '" + a.strategy +
                                   "'; choose exact, greedy, uniform, uniform-low-weak or dynamic-batching");
   }
-  if (a.indicator_kind != "bidirectional" && a.indicator_kind != "weight-error")
+  if (!a.indicator_kind.empty() && a.indicator_kind != "bidirectional" && a.indicator_kind != "weight-error")
     throw std::invalid_argument("--indicator-kind must be bidirectional or weight-error, got '" + a.indicator_kind + "'");
   if (a.bucket_mib <= 0) throw std::invalid_argument("--bucket-mib must be positive");
   return a;
@@ -144,57 +145,29 @@ void print_comparison(const AllocationRequest& req, const std::vector<std::strin
 
 int run(const Args& args) {
   const JobSpec job = job_spec_load(args.job);
-  if (job.local_workers.empty())
-    throw std::invalid_argument(job.source + ": spec.pool.local lists no workers; qsync-plan plans for the local pool");
-  AllocationRequest req;
-  req.model = model_desc_find(job.model);
-  req.global_batch = job.global_batch;
-  req.high = layer_precision_from_name(args.high.empty() ? job.precision : args.high);
-  if (!args.low.empty()) req.low = layer_precision_from_name(args.low);
-  req.step_time_target = args.target;
-  req.allow_batch_moves = args.batch_moves;
-  req.bucket_bytes = int64_t(args.bucket_mib * double(1 << 20));
-  const ProfileStore store(args.profiles);
-  const int world = int(job.local_workers.size());
-  for (int r = 0; r < world; ++r) {
-    const LocalWorkerSpec& w = job.local_workers[size_t(r)];
-    PoolRank p;
-    // A local pool runs where the planner runs: a CPU class this CPU lacks runs as its fallback
-    // (as `qsync run` does), so plan for that one.
-    p.device_class = w.device_class;
-    if (!is_estimated_gpu_class(w.device_class)) {
-      const DeviceClass& runs_as = device_class_fallback(device_class_by_name(w.device_class));
-      if (runs_as.name != w.device_class) {
-        std::fprintf(stderr, "note: rank %d: %s is not available on this CPU; planning it as %s\n", r,
-                     w.device_class.c_str(), runs_as.name.c_str());
-        p.device_class = runs_as.name;
-      }
-    }
-    p.memory_budget_bytes = w.memory_budget_bytes;
-    p.node = "local";
-    p.local_batch = w.local_batch;
-    if (!w.precision.empty()) p.precision = layer_precision_from_name(w.precision);
-    const int64_t batch = w.local_batch > 0 ? w.local_batch : job.global_batch / world + (r < job.global_batch % world ? 1 : 0);
-    p.profile = store.find(req.model, p.device_class, std::max<int64_t>(batch, 1));
-    req.pool.push_back(std::move(p));
-  }
-  req.comm = store.comm(world);
-  if (!args.indicator.empty()) {
-    const CalibrationStats stats = calibration_stats_load(args.indicator);
-    calibration_stats_check(stats, req.model);
-    req.indicator = indicator_table(stats, args.indicator_kind == "bidirectional" ? IndicatorKind::BIDIRECTIONAL
-                                                                                  : IndicatorKind::WEIGHT_ERROR);
-    std::printf("indicator: %s (%s)\n", args.indicator_kind.c_str(), args.indicator.c_str());
-  } else {
-    req.indicator = indicator_fallback_table(req.model);
+  LocalPlanOptions options;
+  options.strategy = args.strategy;
+  options.calibration = args.indicator;
+  options.indicator_kind = args.indicator_kind;
+  options.step_time_target = args.target;
+  options.high = args.high;
+  options.low = args.low;
+  options.batch_moves = args.batch_moves;
+  options.bucket_bytes = int64_t(args.bucket_mib * double(1 << 20));
+  const ProfileStore store(args.profiles.empty() ? job.profiles_dir : args.profiles);
+  const LocalPlanRequest plan = local_plan_request(job, store, options);
+  const AllocationRequest& req = plan.request;
+  for (const std::string& n : plan.notes) std::fprintf(stderr, "note: %s\n", n.c_str());
+  if (plan.indicator_source == "fallback")
     std::printf("indicator: FALLBACK ranking (precision aggressiveness x the layer's parameter share), not a measure of "
                 "harm; pass --indicator STATS.json from `qsync-worker calibrate` for QSync's indicator\n");
-  }
-  std::printf("model %s (%s), global batch %lld, %d ranks, all-reduce %s\n", req.model.name.c_str(),
-              model_hash_string(req.model.hash).c_str(), (long long)req.global_batch, world,
+  else
+    std::printf("indicator: %s\n", plan.indicator_source.c_str());
+  std::printf("model %s (%s), global batch %lld, %zu ranks, all-reduce %s\n", req.model.name.c_str(),
+              model_hash_string(req.model.hash).c_str(), (long long)req.global_batch, req.pool.size(),
               req.comm.estimated ? "estimated" : "measured");
 
-  const std::string strategy = args.strategy.empty() ? job.allocator : args.strategy;
+  const std::string& strategy = plan.strategy;
   const Allocation a = allocate(req, strategy);
   std::filesystem::create_directories(args.out);
   for (size_t r = 0; r < a.plans.size(); ++r)

@@ -21,6 +21,7 @@
 #include "planner/atomic_file.h"
 #include "planner/model_desc.h"
 #include "planner/plan_file.h"
+#include "runner/local_planning.h"
 #include "runner/run_progress.h"
 
 namespace qsync {
@@ -121,9 +122,6 @@ RunResult run_job_locally(const RunOptions& in) {
   const JobSpec job = job_spec_load(o.job_path);
   if (job.local_workers.empty())
     throw std::invalid_argument(job.source + ": spec.pool.local lists no workers; `qsync run` needs local workers");
-  if (job.allocator != "uniform")
-    throw std::invalid_argument(job.source + ": allocator '" + job.allocator +
-                                "' is not available yet; use planning.allocator: uniform");
   const ModelDesc model = model_desc_find(job.model);
   // Every worker's device class is checked before any worker starts (a bad class found while
   // spawning would leave the ranks already started waiting for the rest at the rendezvous).
@@ -150,6 +148,23 @@ RunResult run_job_locally(const RunOptions& in) {
   RunResult result;
   std::vector<Worker> workers(static_cast<size_t>(world));
   RunProgress progress(!o.quiet, world);
+  LocalPlanningInputs planning_inputs;
+  planning_inputs.work_dir = o.work_dir;
+  planning_inputs.bin_dir = fs::path(o.worker_binary).parent_path().string();
+  planning_inputs.allocator = o.allocator;
+  planning_inputs.profiles_dir = o.profiles_dir;
+  planning_inputs.say = [&](const std::string& m) { progress.message(m); };
+  const LocalPlanning planning = plan_local_job(job, planning_inputs);
+  result.plan = planning.summary;
+  {
+    char line[256];
+    std::snprintf(line, sizeof line, "plan: %s, predicted step %.1f ms (target %.1f ms, %s), indicator %s",
+                  planning.allocation.strategy.c_str(), planning.allocation.predicted.step_seconds * 1e3,
+                  planning.allocation.step_time_target * 1e3, planning.allocation.meets_target ? "met" : "NOT met",
+                  planning.summary["indicator"].get<std::string>().c_str());
+    progress.message(line);
+    for (const std::string& n : planning.allocation.notes) progress.message("plan note: " + n);
+  }
   for (int r = 0; r < world; ++r) {
     const LocalWorkerSpec& w = job.local_workers[size_t(r)];
     RankOutcome outcome;
@@ -161,11 +176,11 @@ RunResult run_job_locally(const RunOptions& in) {
       outcome.note = device_class_availability(*classes[size_t(r)]).note;
       progress.message("note: rank " + std::to_string(r) + ": " + outcome.note + "; running it as " + c.name);
     }
-    RankPlan plan = plan_uniform(model, layer_precision_from_name(w.precision.empty() ? job.precision : w.precision));
+    RankPlan plan = planning.allocation.plans[size_t(r)];
     plan.rank = r;
     plan.device_class = c.name;
     plan.model_hash = model.hash;
-    plan.local_batch = w.local_batch > 0 ? w.local_batch : job.global_batch / world + (r < job.global_batch % world ? 1 : 0);
+    outcome.predicted = rank_prediction_json(planning.allocation.predicted.ranks[size_t(r)]);
     const std::string plan_path = (fs::path(o.work_dir) / "plans" / ("rank-" + std::to_string(r) + ".yaml")).string();
     plan_file_write(plan_path, plan);
     Worker& wk = workers[size_t(r)];
@@ -258,6 +273,7 @@ RunResult run_job_locally(const RunOptions& in) {
   }
   result.exit_code = first_failure >= 0 ? 1 : forwarded ? 130 : 0;
   result.summary = run_summary_json(job, result.ranks, first_failure);
+  result.summary["plan"] = result.plan;
   if (!o.summary_json.empty()) atomic_file_write(o.summary_json, result.summary.dump(2) + "\n");
   return result;
 }

@@ -1,5 +1,9 @@
 // File: runner/local_runner.h
-// `qsync run JOB.yaml`: runs a HybridTrainingJob on this machine. Writes one plan per rank,
+// `qsync run JOB.yaml`: runs a HybridTrainingJob on this machine. Plans it first (the job's
+// planning.allocator, default exact): device profiles missing from the profile directory are
+// measured once (`qsync-worker profile`, saved for the next run), as are the all-reduce profile
+// (`qsync-bench-allreduce --comm-profile`, when built) and, for the indicator-driven strategies,
+// calibration statistics (`qsync-worker calibrate`). Writes one plan per rank,
 // spawns one qsync-worker process per local worker of the pool with the rendezvous variables
 // (MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE), shows one combined progress line from the
 // workers' JSON-line events, forwards Ctrl-C (workers checkpoint and exit), reports the rank that
@@ -24,6 +28,8 @@ struct RunOptions {
   bool resume = false;       // continue from the job's checkpoint
   bool quiet = false;
   double collective_timeout_seconds = 60;
+  std::string allocator;     // overrides the job's planning.allocator
+  std::string profiles_dir;  // overrides the job's planning.profiles (default <work dir>/profiles)
 };
 
 struct RankOutcome {
@@ -32,11 +38,13 @@ struct RankOutcome {
   int exit_code = -1;
   std::string error;        // last lines of stderr when it failed
   nlohmann::json summary;   // the worker's summary JSON (when it finished)
+  nlohmann::json predicted; // the planner's prediction for this rank (step, compute, wait, memory)
 };
 
 struct RunResult {
   int exit_code = 0;        // 0: success; 130: interrupted; 1: a worker failed
   std::vector<RankOutcome> ranks;
+  nlohmann::json plan;      // strategy, predicted step, target, indicator, notes
   nlohmann::json summary;   // what --summary-json writes
 };
 

@@ -2,7 +2,7 @@
 // qsync: the local front end.
 //
 //   qsync run JOB.yaml [--work-dir DIR] [--master-port P] [--summary-json FILE] [--resume]
-//                      [--collective-timeout SECONDS] [--quiet]
+//                      [--collective-timeout SECONDS] [--quiet] [--allocator S] [--profiles DIR]
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -14,7 +14,9 @@ namespace {
 
 const char* USAGE =
     "usage: qsync run JOB.yaml [--work-dir DIR] [--master-port P] [--summary-json FILE] [--resume]\n"
-    "                          [--collective-timeout SECONDS] [--quiet]\n";
+    "                          [--collective-timeout SECONDS] [--quiet]\n"
+    "                          [--allocator exact|greedy|uniform|uniform-low-weak|dynamic-batching]\n"
+    "                          [--profiles DIR (measured device profiles; default <work dir>/profiles)]\n";
 
 int run_main(int argc, char** argv) {
   if (argc < 2 || std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "-h") == 0) {
@@ -33,6 +35,8 @@ int run_main(int argc, char** argv) {
     else if (a == "--master-port") o.master_port = std::stoi(value());
     else if (a == "--summary-json") o.summary_json = value();
     else if (a == "--collective-timeout") o.collective_timeout_seconds = std::stod(value());
+    else if (a == "--allocator") o.allocator = value();
+    else if (a == "--profiles") o.profiles_dir = value();
     else if (a == "--resume") o.resume = true;
     else if (a == "--quiet") o.quiet = true;
     else if (!a.empty() && a[0] == '-') throw std::invalid_argument("unknown argument '" + a + "'\n" + USAGE);

@@ -105,7 +105,8 @@ nlohmann::json run_summary_json(const JobSpec& job, const std::vector<RankOutcom
                         {"median_compute_seconds", get("median_compute_seconds")},
                         {"median_wait_seconds", get("median_wait_seconds")},
                         {"median_allreduce_seconds", get("median_allreduce_seconds")},
-                        {"peak_memory_bytes", get("peak_memory_bytes")}});
+                        {"peak_memory_bytes", get("peak_memory_bytes")},
+                        {"predicted", r.predicted}});
     if (r.rank == 0 && s.is_object()) {
       out["final_test_accuracy"] = get("final_test_accuracy");
       out["final_train_loss"] = get("final_train_loss");
@@ -127,14 +128,24 @@ std::string run_summary_table(const nlohmann::json& s) {
                 num(s.value("final_test_accuracy", nlohmann::json())) * 100.0,
                 num(s.value("samples_per_second", nlohmann::json())), (long long)num(s.value("steps", nlohmann::json())));
   out += buf;
-  out += "rank  device class  local batch  step ms  compute ms  wait ms  allreduce ms  peak MiB\n";
+  out += "rank  device class  local batch  step ms (predicted)  compute ms (predicted)  wait ms (predicted)  allreduce ms"
+         "  peak MiB (predicted)\n";
   for (const auto& r : s["ranks"]) {
-    std::snprintf(buf, sizeof buf, "%4d  %-12s  %11.0f  %7.1f  %10.1f  %7.1f  %12.1f  %8.1f\n", r["rank"].get<int>(),
-                  r["device_class"].get<std::string>().c_str(), num(r["local_batch"]), num(r["median_step_seconds"]) * 1e3,
-                  num(r["median_compute_seconds"]) * 1e3, num(r["median_wait_seconds"]) * 1e3,
-                  num(r["median_allreduce_seconds"]) * 1e3, num(r["peak_memory_bytes"]) / (1 << 20));
+    const nlohmann::json p = r.value("predicted", nlohmann::json::object());
+    auto predicted = [&](const char* k) { return p.is_object() && p.contains(k) ? num(p[k]) : 0.0; };
+    std::snprintf(buf, sizeof buf, "%4d  %-12s  %11.0f  %7.1f (%7.1f)   %10.1f (%7.1f)    %7.1f (%7.1f)  %12.1f  %8.1f (%8.1f)\n",
+                  r["rank"].get<int>(), r["device_class"].get<std::string>().c_str(), num(r["local_batch"]),
+                  num(r["median_step_seconds"]) * 1e3, predicted("step_seconds") * 1e3,
+                  num(r["median_compute_seconds"]) * 1e3, predicted("compute_seconds") * 1e3,
+                  num(r["median_wait_seconds"]) * 1e3, predicted("wait_seconds") * 1e3,
+                  num(r["median_allreduce_seconds"]) * 1e3, num(r["peak_memory_bytes"]) / (1 << 20),
+                  predicted("peak_memory_bytes") / (1 << 20));
     out += buf;
   }
+  if (s.contains("plan") && s["plan"].is_object())
+    out += "plan: " + s["plan"].value("strategy", std::string()) + " (indicator " +
+           s["plan"].value("indicator", std::string()) + ", all-reduce " + s["plan"].value("all_reduce", std::string()) +
+           ")\n";
   for (const auto& r : s["ranks"])
     if (r.value("plan", nlohmann::json()).is_string())
       out += "rank " + std::to_string(r["rank"].get<int>()) + " plan: " + r["plan"].get<std::string>() + "\n";

@@ -4,7 +4,10 @@
 // checkpoint; job files with an unknown device class, an unknown allocator or no model are
 // refused with a message naming the field, before any worker starts; Ctrl-C (SIGINT to the
 // runner) makes the workers checkpoint and stop, the runner exit 130, and `qsync run --resume`
-// finish the job from that checkpoint.
+// finish the job from that checkpoint. With the planner (allocator exact), the runner measures
+// the missing profiles and calibration statistics once, keeps them for the next run, and the
+// summary carries each rank's predicted step next to the measured one; a memory budget no
+// precision fits is refused naming the rank's device and the memory that would fit.
 #include <gtest/gtest.h>
 #include <signal.h>
 
@@ -208,6 +211,48 @@ TEST(Runner, CtrlCCheckpointsAndResumeFinishesTheJob) {
     EXPECT_EQ(s.value("stopped_early", true), false);
     EXPECT_EQ(s.value("losses", std::vector<double>{}).size(), size_t(60 - stopped_at));
   }
+}
+
+TEST(Runner, PlansWithTheExactAllocatorMeasuringOnceAndReportsPredictions) {
+  TempDir dir;
+  const std::string job = dir.write("job.yaml", job_yaml(8, "cpu-avx512", "cpu-avx2", "  model: {zoo: mlp}\n", "exact"));
+  const RunnerRun first = run_runner(dir, job, {"--profiles", dir.file("profiles")}, "first");
+  ASSERT_EQ(first.code, 0) << first.out << first.err;
+  EXPECT_NE(first.out.find("measuring the"), std::string::npos) << first.out;
+  EXPECT_NE(first.out.find("collecting calibration statistics"), std::string::npos) << first.out;
+  const nlohmann::json& plan = first.summary["plan"];
+  ASSERT_TRUE(plan.is_object()) << first.summary.dump(2);
+  EXPECT_EQ(plan["strategy"], "exact");
+  EXPECT_NE(plan["indicator"].get<std::string>().find("bidirectional"), std::string::npos) << plan.dump(2);
+  EXPECT_GT(plan["predicted_step_seconds"].get<double>(), 0);
+  for (const auto& r : first.summary["ranks"]) {
+    ASSERT_TRUE(r["predicted"].is_object()) << r.dump(2);
+    const double predicted = r["predicted"]["step_seconds"].get<double>();
+    const double measured = r["median_step_seconds"].get<double>();
+    EXPECT_GT(predicted, 0);
+    // Same order of magnitude (the prediction-error benchmark measures the real error).
+    EXPECT_LT(predicted, measured * 10) << r.dump(2);
+    EXPECT_GT(predicted, measured / 10) << r.dump(2);
+  }
+  EXPECT_NE(first.out.find("(predicted)"), std::string::npos) << "the summary table shows predictions: " << first.out;
+  // The second run reuses the profiles and the statistics.
+  const RunnerRun second = run_runner(dir, job, {"--profiles", dir.file("profiles")}, "second");
+  ASSERT_EQ(second.code, 0) << second.out << second.err;
+  EXPECT_EQ(second.out.find("measuring the"), std::string::npos) << second.out;
+  EXPECT_EQ(second.out.find("collecting calibration"), std::string::npos) << second.out;
+  EXPECT_EQ(second.summary["plan"]["ranks"], first.summary["plan"]["ranks"]) << "same measurements, same prediction";
+}
+
+TEST(Runner, RefusesAPoolWhoseDeviceCannotHoldTheModel) {
+  TempDir dir;
+  std::string job = job_yaml(4, "cpu-avx512", "cpu-avx2", "  model: {zoo: mlp}\n", "greedy");
+  job.replace(job.rfind("threads: 1}"), std::string("threads: 1}").size(), "threads: 1, memoryBudget: 64Ki}");
+  const RunnerRun r = run_runner(dir, dir.write("job.yaml", job), {"--profiles", dir.file("profiles")});
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.err.find("rank 1"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find(class_here("cpu-avx2")), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("would fit"), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists(dir.file("work/summaries/rank-0.json"))) << "no worker started";
 }
 
 }  // namespace

@@ -1,0 +1,38 @@
+// File: runner/local_planning.h
+// The planning half of `qsync run`: makes sure the measurements the planner needs exist (device
+// profiles per class and local batch, the all-reduce profile, calibration statistics for the
+// indicator-driven strategies), measuring what is missing once with this build's binaries and
+// keeping the results for the next run, then runs the allocator over the job's local pool.
+#pragma once
+
+#include <functional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "planner/allocator.h"
+#include "planner/job_spec.h"
+
+namespace qsync {
+
+struct LocalPlanning {
+  Allocation allocation;
+  nlohmann::json summary;  // strategy, indicator source, predicted step and target, per-rank predictions
+};
+
+struct LocalPlanningInputs {
+  std::string work_dir;       // logs/ for the measuring commands; calibration/ and profiles/ by default
+  std::string bin_dir;        // where qsync-worker and qsync-bench-allreduce are
+  std::string allocator;      // overrides the job's
+  std::string profiles_dir;   // overrides the job's planning.profiles
+  std::function<void(const std::string&)> say;  // progress messages
+};
+
+// Throws std::runtime_error when a measuring command fails (naming it and its log) and what
+// local_plan_request / allocate throw (InfeasiblePlan included).
+LocalPlanning plan_local_job(const JobSpec& job, const LocalPlanningInputs& inputs);
+
+// Per-rank prediction as the run summary shows it.
+nlohmann::json rank_prediction_json(const RankPrediction& p);
+
+}  // namespace qsync
