@@ -126,7 +126,7 @@ JobSpec job_spec_parse(const std::string& text, const std::string& source) {
   const YAML::Node spec = root["spec"];
   if (!spec) fail(source, "spec is missing");
   check_keys(spec,
-             {"model", "data", "optimizer", "steps", "epochs", "globalBatch", "seed", "evalLimit", "checkpoint",
+             {"model", "data", "optimizer", "steps", "epochs", "globalBatch", "seed", "evalLimit", "evalEvery", "checkpoint",
               "planning", "pool", "runPolicy", "image", "resources"},
              source, "spec");
   const YAML::Node model = spec["model"];
@@ -163,6 +163,8 @@ JobSpec job_spec_parse(const std::string& text, const std::string& source) {
   if (j.global_batch <= 0) fail(source, "spec.globalBatch must be positive, got " + std::to_string(j.global_batch));
   j.seed = get<uint64_t>(spec, "seed", 1, source, "spec");
   j.eval_limit = get<int64_t>(spec, "evalLimit", 0, source, "spec");
+  j.eval_every = get<int64_t>(spec, "evalEvery", 0, source, "spec");
+  if (j.eval_every < 0) fail(source, "spec.evalEvery must not be negative");
   if (const YAML::Node c = spec["checkpoint"]) {
     check_keys(c, {"dir", "intervalSteps", "volume"}, source, "spec.checkpoint");
     j.checkpoint_dir = get<std::string>(c, "dir", "", source, "spec.checkpoint");

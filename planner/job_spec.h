@@ -15,6 +15,7 @@
 //     globalBatch: 128
 //     seed: 1
 //     evalLimit: 2000                         # 0: the whole test set
+//     evalEvery: 50                           # evaluate every K steps too (0: at the end only)
 //     checkpoint: {dir: checkpoints, intervalSteps: 100}
 //     planning: {allocator: exact, precision: fp32, stepTimeTarget: 250ms, lowPrecision: int8,
 //                indicator: bidirectional, profiles: profiles/, calibration: cnn.calib.json,
@@ -52,6 +53,7 @@ struct JobSpec {
   int64_t global_batch = 128;
   uint64_t seed = 1;
   int64_t eval_limit = 0;
+  int64_t eval_every = 0;
   std::string checkpoint_dir;  // relative: against the run's work dir
   int64_t checkpoint_interval_steps = 0;
   std::string allocator = "exact";    // exact | greedy | uniform | uniform-low-weak | dynamic-batching

@@ -89,6 +89,7 @@ std::vector<std::string> worker_args(const RunOptions& o, const JobSpec& j, cons
   if (j.warmup_steps > 0) add("--warmup", std::to_string(j.warmup_steps));
   if (j.grad_clip > 0) add("--grad-clip", std::to_string(j.grad_clip));
   if (j.eval_limit > 0) add("--eval-limit", std::to_string(j.eval_limit));
+  if (j.eval_every > 0) add("--eval-every", std::to_string(j.eval_every));
   if (w.memory_budget_bytes > 0) add("--memory-budget", std::to_string(std::max<int64_t>(1, w.memory_budget_bytes >> 20)));
   if (!ckpt.empty()) {
     add("--checkpoint-dir", ckpt);
@@ -274,6 +275,7 @@ RunResult run_job_locally(const RunOptions& in) {
   result.exit_code = first_failure >= 0 ? 1 : forwarded ? 130 : 0;
   result.summary = run_summary_json(job, result.ranks, first_failure);
   result.summary["plan"] = result.plan;
+  result.summary["evals"] = progress.evals();
   if (!o.summary_json.empty()) atomic_file_write(o.summary_json, result.summary.dump(2) + "\n");
   return result;
 }

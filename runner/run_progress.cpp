@@ -37,6 +37,11 @@ void RunProgress::line(int rank, const std::string& text) {
     }
     render();
   } else if (kind == "eval") {
+    if (rank == 0)
+      evals_.push_back({{"step", e.value("step", 0)},
+                        {"train_seconds", e.value("train_seconds", 0.0)},
+                        {"loss", e.value("loss", 0.0)},
+                        {"accuracy", e.value("accuracy", 0.0)}});
     message("eval at step " + std::to_string(e.value("step", 0)) + ": accuracy " +
             std::to_string(e.value("accuracy", 0.0) * 100.0) + "%");
   } else if (kind == "message") {

@@ -22,6 +22,9 @@ class RunProgress {
   void line(int rank, const std::string& text);
   void message(const std::string& text);
   void finish();
+  // Rank 0's evaluations so far: [{step, train_seconds, loss, accuracy}], train_seconds being
+  // the sum of its step times (evaluation time excluded).
+  const nlohmann::json& evals() const { return evals_; }
 
  private:
   void render();
@@ -34,6 +37,7 @@ class RunProgress {
   std::vector<RankState> ranks_;
   int64_t total_ = 0, last_logged_ = 0;
   double loss_ = 0, accuracy_ = 0;
+  nlohmann::json evals_ = nlohmann::json::array();
   std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
 };
 

@@ -61,7 +61,8 @@ void TrainEvents::step(int64_t step, double loss, double accuracy, double step_s
 
 void TrainEvents::eval(int64_t step, const EvalResult& e) {
   if (json_) {
-    emit({{"event", "eval"}, {"rank", rank_}, {"step", step}, {"loss", e.loss}, {"accuracy", e.accuracy}});
+    emit({{"event", "eval"}, {"rank", rank_}, {"step", step}, {"train_seconds", elapsed_}, {"loss", e.loss},
+          {"accuracy", e.accuracy}});
     return;
   }
   if (text())

@@ -308,6 +308,7 @@ TrainSummary train_run(const TrainConfig& c) {
     s.final_test_accuracy = e.accuracy;
     s.final_perplexity = desc.task == ModelTask::LANGUAGE_MODEL ? std::exp(e.loss) : 0.0;
     if (metrics) metrics->set_test_accuracy(e.accuracy);
+    if (c.eval_every > 0) events.eval(step, e);  // the curve's last point
   }
   s.median_step_seconds = median(step_seconds);
   s.median_compute_seconds = median(compute_seconds);

@@ -1,0 +1,120 @@
+#!/usr/bin/env python3
+"""Prediction-error benchmark of the planner (not a test): for zoo models x plans on a two-rank
+hybrid pool (cpu-amx, or the class it falls back to here, beside cpu-avx2), the step time the
+replayer predicts from the measured profiles against the median step time `qsync run` measures.
+
+    bench/prediction_error_bench.py [--models mlp,cnn,vit,char-gpt] [--plans uniform,weak-int8-all,exact]
+                                    [--json FILE]
+
+Profiles, the all-reduce profile and calibration statistics are measured once per model into a
+shared directory (as `qsync run` does), then each configuration trains for a short run and
+reports rank 0's median step (every rank waits for the same all-reduces, so the ranks' medians
+agree within a millisecond). Error = (predicted - measured) / measured. Run it on a quiet
+machine: two one-thread workers use both cores.
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+QSYNC = os.path.join(ROOT, "build", "bin", "qsync")
+
+# Steps per model: enough for a stable median (the first steps warm up caches and the allocator).
+STEPS = {"mlp": 120, "cnn": 40, "vit": 60, "char-gpt": 40}
+BATCH = {"mlp": 128, "cnn": 128, "vit": 128, "char-gpt": 64}
+PLANS = {
+    "uniform": ("uniform", "int8"),            # FP32 everywhere: the weak rank is the straggler
+    "weak-int8": ("uniform-low-weak", "int8"),
+    "weak-int8-all": ("uniform-low-weak", "int8-all"),
+    "exact": ("exact", "int8"),                # the planner's choice
+    "greedy": ("greedy", "int8"),
+    "dynamic-batching": ("dynamic-batching", "int8"),
+}
+
+
+TEXT = "/usr/share/common-licenses/GPL-3"  # char-gpt's corpus (any text file)
+
+
+def job_yaml(name, model, steps, batch, allocator, low):
+    data = [f"  data: {{path: {TEXT}}}"] if model == "char-gpt" else []
+    return "\n".join([
+        "apiVersion: qsync.dev/v1alpha1",
+        "kind: HybridTrainingJob",
+        f"metadata: {{name: {name}}}",
+        "spec:",
+        f"  model: {{zoo: {model}}}",
+        *data,
+        "  optimizer: {name: adamw, lr: 0.002}",
+        f"  steps: {steps}",
+        f"  globalBatch: {batch}",
+        "  evalLimit: 100",
+        f"  planning: {{allocator: {allocator}, precision: fp32, lowPrecision: {low}}}",
+        "  pool:",
+        "    local:",
+        "      - {deviceClass: cpu-amx, threads: 1}",
+        "      - {deviceClass: cpu-avx2, threads: 1}",
+    ]) + "\n"
+
+
+def run(name, model, plan, tmp, profiles):
+    allocator, low = PLANS[plan]
+    path = os.path.join(tmp, name + ".yaml")
+    with open(path, "w") as f:
+        f.write(job_yaml(name, model, STEPS[model], BATCH[model], allocator, low))
+    summary = os.path.join(tmp, name + ".json")
+    work = os.path.join(tmp, "work-" + model)  # one work dir per model: calibration is shared
+    proc = subprocess.run([QSYNC, "run", path, "--work-dir", work, "--profiles", profiles, "--summary-json", summary,
+                           "--quiet"], capture_output=True, text=True)
+    if proc.returncode != 0:
+        sys.exit(f"{name} failed:\n{proc.stdout}\n{proc.stderr}")
+    with open(summary) as f:
+        return json.load(f)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--models", default="mlp,cnn,vit,char-gpt")
+    ap.add_argument("--plans", default="uniform,weak-int8-all,exact")
+    ap.add_argument("--json", default=os.path.join(ROOT, "build", "results", "prediction_error.json"))
+    args = ap.parse_args()
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        profiles = os.path.join(tmp, "profiles")
+        for model in args.models.split(","):
+            for plan in args.plans.split(","):
+                s = run(f"{model}-{plan}", model, plan, tmp, profiles)
+                r0 = s["ranks"][0]
+                measured = r0["median_step_seconds"]
+                predicted = s["plan"]["predicted_step_seconds"]
+                weak = s["ranks"][1]
+                rows.append({"model": model, "plan": plan, "strategy": s["plan"]["strategy"],
+                             "weak_plan": weak.get("plan"), "measured_ms": measured * 1e3,
+                             "predicted_ms": predicted * 1e3, "error": (predicted - measured) / measured,
+                             "ranks": [{"class": r["device_class"], "measured_compute_ms": r["median_compute_seconds"] * 1e3,
+                                        "predicted_compute_ms": r["predicted"]["compute_seconds"] * 1e3,
+                                        "measured_wait_ms": r["median_wait_seconds"] * 1e3,
+                                        "predicted_wait_ms": r["predicted"]["wait_seconds"] * 1e3}
+                                       for r in s["ranks"]]})
+                print(f"{model:9} {plan:14} measured {measured * 1e3:8.1f} ms  predicted {predicted * 1e3:8.1f} ms  "
+                      f"error {rows[-1]['error'] * 100:+6.1f}%", flush=True)
+    errors = [abs(r["error"]) for r in rows]
+    print()
+    print("| model | plan | weak rank's plan | measured step ms | predicted ms | error |")
+    print("|---|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['model']} | {r['plan']} | {r['weak_plan']} | {r['measured_ms']:.1f} | {r['predicted_ms']:.1f} | "
+              f"{r['error'] * 100:+.1f}% |")
+    print(f"\n{len(rows)} configurations: median |error| {statistics.median(errors) * 100:.1f}%, "
+          f"worst {max(errors) * 100:.1f}%")
+    os.makedirs(os.path.dirname(args.json), exist_ok=True)
+    with open(args.json, "w") as f:
+        json.dump(rows, f, indent=2)
+    print("wrote", args.json)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,209 @@
+#!/usr/bin/env python3
+"""Time-to-accuracy benchmark (not a test): what users get from the planner on a hybrid pool
+(cpu-amx, or the class it falls back to here, beside cpu-avx2). For each model and seed, every
+strategy trains the same steps from the same initialization and data order (same seed), with
+evaluations along the way; the figures are training wall-clock (the sum of rank 0's step times,
+evaluations excluded) and held-out quality (accuracy, or perplexity for char-gpt).
+
+    bench/time_to_accuracy_bench.py [--models cnn,vit,char-gpt] [--seeds 1,2,3]
+        [--strategies exact,greedy,uniform,uniform-int8,weak-int8,weak-int8-all,dynamic-batching] [--json FILE]
+
+Reported per model:
+  * the gap between FP32 and each uniform low precision (paired by seed: mean and spread);
+  * time to target quality (target: 99% of uniform FP32's median final accuracy, or 101% of its
+    median final perplexity), median over seeds;
+  * quality after a fixed budget (the median time the fastest strategy needs for all steps);
+  * final quality, paired against uniform FP32 (mean difference +- standard deviation).
+Strategies whose plans come out identical (same per-rank precisions and batches) train
+identically for a seed, so each distinct plan is trained once and its result shared.
+"""
+import argparse
+import glob
+import hashlib
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BIN = os.path.join(ROOT, "build", "bin")
+TEXT = "/usr/share/common-licenses/GPL-3"
+MODELS = {  # steps, global batch, eval every, learning rate
+    "cnn": (200, 128, 25, 0.002),
+    "vit": (300, 128, 50, 0.002),
+    "char-gpt": (200, 64, 25, 0.002),
+}
+STRATEGIES = {  # allocator, planning.precision, lowPrecision
+    "exact": ("exact", "fp32", "int8"),
+    "greedy": ("greedy", "fp32", "int8"),
+    "uniform": ("uniform", "fp32", "int8"),
+    "uniform-int8": ("uniform", "int8", "int8"),
+    "uniform-int8-all": ("uniform", "int8-all", "int8"),
+    "weak-int8": ("uniform-low-weak", "fp32", "int8"),
+    "weak-int8-all": ("uniform-low-weak", "fp32", "int8-all"),
+    "dynamic-batching": ("dynamic-batching", "fp32", "int8"),
+}
+
+
+def job_yaml(name, model, seed, strategy):
+    steps, batch, every, lr = MODELS[model]
+    allocator, high, low = STRATEGIES[strategy]
+    data = f"  data: {{path: {TEXT}}}\n" if model == "char-gpt" else ""
+    return (f"apiVersion: qsync.dev/v1alpha1\nkind: HybridTrainingJob\nmetadata: {{name: {name}}}\nspec:\n"
+            f"  model: {{zoo: {model}}}\n{data}  optimizer: {{name: adamw, lr: {lr}}}\n  steps: {steps}\n"
+            f"  globalBatch: {batch}\n  seed: {seed}\n  evalLimit: 2000\n  evalEvery: {every}\n"
+            f"  planning: {{allocator: {allocator}, precision: {high}, lowPrecision: {low}}}\n"
+            "  pool:\n    local:\n      - {deviceClass: cpu-amx, threads: 1}\n"
+            "      - {deviceClass: cpu-avx2, threads: 1}\n")
+
+
+def write_job(tmp, name, model, seed, strategy):
+    path = os.path.join(tmp, name + ".yaml")
+    with open(path, "w") as f:
+        f.write(job_yaml(name, model, seed, strategy))
+    return path
+
+
+def plan_signature(tmp, model, strategy, profiles, work):
+    """The plans qsync-plan writes for this strategy (what distinguishes one training from another)."""
+    job = write_job(tmp, f"plan-{model}-{strategy}", model, 1, strategy)
+    out = os.path.join(tmp, f"plans-{model}-{strategy}")
+    cmd = [os.path.join(BIN, "qsync-plan"), "--job", job, "--profiles", profiles, "--out", out]
+    stats = glob.glob(os.path.join(work, "calibration", "*.json"))
+    if stats:
+        cmd += ["--indicator", stats[0]]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        sys.exit(f"qsync-plan {model} {strategy} failed:\n{proc.stdout}\n{proc.stderr}")
+    h = hashlib.sha256()
+    for f in sorted(glob.glob(os.path.join(out, "rank-*.yaml"))):
+        with open(f) as fh:
+            h.update(fh.read().encode())
+    return h.hexdigest()[:16]
+
+
+def train(tmp, model, seed, strategy, profiles, work):
+    name = f"{model}-{strategy}-s{seed}"
+    job = write_job(tmp, name, model, seed, strategy)
+    summary = os.path.join(tmp, name + ".json")
+    proc = subprocess.run([os.path.join(BIN, "qsync"), "run", job, "--work-dir", work, "--profiles", profiles,
+                           "--summary-json", summary, "--quiet"], capture_output=True, text=True)
+    if proc.returncode != 0:
+        sys.exit(f"{name} failed:\n{proc.stdout}\n{proc.stderr}")
+    with open(summary) as f:
+        s = json.load(f)
+    lm = model == "char-gpt"
+    curve = [(e["train_seconds"], math.exp(e["loss"]) if lm else e["accuracy"] * 100) for e in s["evals"]]
+    return {"curve": curve, "final": curve[-1][1], "train_seconds": curve[-1][0],
+            "median_step_ms": s["ranks"][0]["median_step_seconds"] * 1e3,
+            "predicted_step_ms": s["plan"]["predicted_step_seconds"] * 1e3,
+            "plans": [r["plan"] for r in s["ranks"]]}
+
+
+def better(a, b, lm):
+    return a < b if lm else a > b
+
+
+def time_to(curve, target, lm):
+    for t, q in curve:
+        if (q <= target) if lm else (q >= target):
+            return t
+    return None
+
+
+def quality_at(curve, budget):
+    q = None
+    for t, v in curve:
+        if t <= budget:
+            q = v
+    return q
+
+
+def fmt(v, unit=""):
+    return "n/a" if v is None else f"{v:.2f}{unit}"
+
+
+def report(model, runs, strategies, seeds):
+    lm = model == "char-gpt"
+    metric = "perplexity" if lm else "accuracy %"
+    fp32 = [runs[("uniform", s)] for s in seeds]
+    ref = statistics.median(r["final"] for r in fp32)
+    target = ref * 1.01 if lm else ref * 0.99
+    budget = min(statistics.median(runs[(st, s)]["train_seconds"] for s in seeds) for st in strategies)
+    print(f"\n## {model}: {metric}; target {target:.2f} ({'101' if lm else '99'}% of uniform FP32's median "
+          f"final), budget {budget:.1f} s")
+    print(f"| strategy | step ms (pred.) | final {metric} (median) | paired diff vs FP32 (mean +- sd) | "
+          f"time to target s (median) | {metric} at budget (median) |")
+    print("|---|---|---|---|---|---|")
+    rows = {}
+    for st in strategies:
+        rs = [runs[(st, s)] for s in seeds]
+        diffs = [r["final"] - f["final"] for r, f in zip(rs, fp32)]
+        ttt = [time_to(r["curve"], target, lm) for r in rs]
+        reached = [t for t in ttt if t is not None]
+        at_budget = [q for q in (quality_at(r["curve"], budget) for r in rs) if q is not None]
+        row = {"step_ms": statistics.median(r["median_step_ms"] for r in rs),
+               "predicted_step_ms": statistics.median(r["predicted_step_ms"] for r in rs),
+               "final": statistics.median(r["final"] for r in rs),
+               "paired_diff_mean": statistics.mean(diffs),
+               "paired_diff_sd": statistics.stdev(diffs) if len(diffs) > 1 else 0.0,
+               "time_to_target": statistics.median(reached) if len(reached) == len(rs) else None,
+               "reached": f"{len(reached)}/{len(rs)}",
+               "at_budget": statistics.median(at_budget) if at_budget else None,
+               "plans": rs[0]["plans"]}
+        rows[st] = row
+        print(f"| {st} | {row['step_ms']:.1f} ({row['predicted_step_ms']:.1f}) | {row['final']:.2f} | "
+              f"{row['paired_diff_mean']:+.2f} +- {row['paired_diff_sd']:.2f} | "
+              f"{fmt(row['time_to_target'])} ({row['reached']} reached) | {fmt(row['at_budget'])} |")
+    for st in strategies:
+        print(f"  {st}: weak rank plan {rows[st]['plans'][-1]}")
+    return {"target": target, "budget_seconds": budget, "rows": rows}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--models", default="cnn,vit,char-gpt")
+    ap.add_argument("--seeds", default="1,2,3")
+    ap.add_argument("--strategies", default="exact,greedy,uniform,uniform-int8,weak-int8,weak-int8-all,dynamic-batching")
+    ap.add_argument("--steps", type=int, default=0, help="override every model's steps (smoke runs)")
+    ap.add_argument("--json", default=os.path.join(ROOT, "build", "results", "time_to_accuracy.json"))
+    args = ap.parse_args()
+    seeds = [int(s) for s in args.seeds.split(",")]
+    if args.steps > 0:
+        for m, (_, batch, every, lr) in list(MODELS.items()):
+            MODELS[m] = (args.steps, batch, min(every, args.steps), lr)
+    strategies = args.strategies.split(",")
+    if "uniform" not in strategies:
+        strategies.insert(0, "uniform")
+    results = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        profiles = os.path.join(tmp, "profiles")
+        for model in args.models.split(","):
+            work = os.path.join(tmp, "work-" + model)
+            runs, by_plan = {}, {}
+            # The first run measures the profiles and calibration statistics the others reuse.
+            runs[("exact", seeds[0])] = train(tmp, model, seeds[0], "exact", profiles, work) if "exact" in strategies else None
+            signatures = {st: plan_signature(tmp, model, st, profiles, work) for st in strategies}
+            for seed in seeds:
+                for st in strategies:
+                    key = (signatures[st], seed)
+                    if (st, seed) in runs and runs[(st, seed)] is not None:
+                        by_plan[key] = runs[(st, seed)]
+                    if key not in by_plan:
+                        by_plan[key] = train(tmp, model, seed, st, profiles, work)
+                        print(f"{model} seed {seed} {st}: final {by_plan[key]['final']:.2f} in "
+                              f"{by_plan[key]['train_seconds']:.1f} s", flush=True)
+                    runs[(st, seed)] = by_plan[key]
+            results[model] = report(model, runs, strategies, seeds)
+            results[model]["runs"] = {f"{st}/s{seed}": r for (st, seed), r in runs.items() if r is not None}
+    os.makedirs(os.path.dirname(args.json), exist_ok=True)
+    with open(args.json, "w") as f:
+        json.dump(results, f, indent=2)
+    print("wrote", args.json)
+
+
+if __name__ == "__main__":
+    main()
