@@ -62,8 +62,9 @@ RankModel rank_model(const JobModel& job, size_t r, int64_t local_batch) {
   const DeviceProfile p = device_profile_scaled(pr.profile, local_batch);
   m.fixed_forward.assign(job.leaves.size(), 0.0);
   m.fixed_backward.assign(job.leaves.size(), 0.0);
-  m.fixed_memory = p.static_bytes;
+  m.fixed_memory = p.static_bytes + p.step_overhead_bytes;
   m.optimizer = p.optimizer_seconds;
+  if (!job.leaves.empty()) m.fixed_forward[0] += p.step_overhead_seconds;  // as the replayer (device_profile.h)
   auto add_slot = [&](const LayerDesc& l, size_t leaf) {
     auto it = p.gemm_layers.find(l.name);
     if (it == p.gemm_layers.end() || it->second.empty())

@@ -124,7 +124,8 @@ std::string device_profile_to_json(const DeviceProfile& p) {
                   {"batch", p.batch}, {"estimated", p.estimated}, {"source", p.source},
                   {"gemm_layers", gemm}, {"other_layers", other}, {"casts", casts_to_json(p.casts)},
                   {"channel_casts", casts_to_json(p.channel_casts)}, {"optimizer_seconds", p.optimizer_seconds},
-                  {"static_bytes", p.static_bytes}, {"memory_bytes", p.memory_bytes}};
+                  {"static_bytes", p.static_bytes}, {"memory_bytes", p.memory_bytes},
+                  {"step_overhead_seconds", p.step_overhead_seconds}, {"step_overhead_bytes", p.step_overhead_bytes}};
   return j.dump(1) + "\n";
 }
 
@@ -148,6 +149,8 @@ DeviceProfile device_profile_from_json(const std::string& text, const std::strin
     p.optimizer_seconds = j.at("optimizer_seconds").get<double>();
     p.static_bytes = j.at("static_bytes").get<int64_t>();
     p.memory_bytes = j.value("memory_bytes", int64_t(0));
+    p.step_overhead_seconds = j.value("step_overhead_seconds", 0.0);
+    p.step_overhead_bytes = j.value("step_overhead_bytes", int64_t(0));
   } catch (const json::exception& e) {
     throw std::invalid_argument(source_name + ": malformed device profile (" + e.what() +
                                 "): re-measure it with `qsync-worker profile`");
@@ -265,6 +268,8 @@ DeviceProfile device_profile_scaled(const DeviceProfile& p, int64_t batch) {
   for (auto& [layer, costs] : s.gemm_layers)
     for (auto& [prec, c] : costs) c = scale(c);
   for (auto& [layer, c] : s.other_layers) c = scale(c);
+  s.step_overhead_seconds *= f;
+  s.step_overhead_bytes = int64_t(std::llround(double(s.step_overhead_bytes) * f));
   s.source = p.source + " (scaled linearly from batch " + std::to_string(p.batch) + ")";
   return s;
 }

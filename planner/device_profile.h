@@ -80,6 +80,12 @@ struct DeviceProfile {
   std::map<std::pair<Precision, Precision>, LinearCost> channel_casts;
   double optimizer_seconds = 0;
   int64_t static_bytes = 0;  // parameters, gradients and optimizer state (FP32)
+  // What a whole measured FP32 step costs beyond its layers, casts and optimizer: zeroing the
+  // gradients, the loss and its gradient, the per-step bookkeeping (time), and the input batch,
+  // logits and loss buffers (bytes). The profiler measures it as the median FP32 step minus the
+  // replayer's prediction of that step from the rest of the profile; it scales with the batch.
+  double step_overhead_seconds = 0;
+  int64_t step_overhead_bytes = 0;
   int64_t memory_bytes = 0;  // the device's memory (estimates); 0: unknown (CPU: the job's budget decides)
 
   // The precisions profiled for every GEMM layer (what this class can run).

@@ -58,7 +58,7 @@ LeafCosts leaf_costs(const std::vector<const LayerDesc*>& leaves, const DevicePr
   LeafCosts out;
   out.forward.assign(leaves.size(), 0.0);
   out.backward.assign(leaves.size(), 0.0);
-  out.memory = p.static_bytes;
+  out.memory = p.static_bytes + p.step_overhead_bytes;
   out.optimizer = p.optimizer_seconds;
   auto add = [&](size_t i, const LayerCost& c) {
     out.forward[i] += c.forward_seconds;
@@ -75,6 +75,7 @@ LeafCosts leaf_costs(const std::vector<const LayerDesc*>& leaves, const DevicePr
     for (const LayerDesc& c : l.children)  // attention: qkv and proj
       if (c.kind == LayerKind::LINEAR || c.kind == LayerKind::CONV2D) add(i, gemm_cost(p, c.name, plan.precision_of(c.name), r));
   }
+  if (!leaves.empty()) out.forward[0] += p.step_overhead_seconds;  // before the first layer (device_profile.h)
   return out;
 }
 

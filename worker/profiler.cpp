@@ -16,6 +16,7 @@
 #include <stdexcept>
 
 #include "kernels/device_class.h"
+#include "planner/replayer.h"
 #include "worker/data/batch_loader.h"
 #include "worker/loss.h"
 #include "worker/model.h"
@@ -216,7 +217,8 @@ DeviceProfile profile_run(const ProfileConfig& c) {
   p.device_class = device.name;
   p.batch = c.batch;
   const float divisor = float(double(c.batch) * double(batches.positions_per_sample()));
-  std::vector<double> optimizer_seconds;
+  std::vector<double> optimizer_seconds, fp32_step_seconds;
+  int64_t fp32_peak_bytes = 0;
   int64_t step = 0;
   std::string skipped, emulated;
 
@@ -237,8 +239,10 @@ DeviceProfile profile_run(const ProfileConfig& c) {
     OpStepSamples timer;
     std::map<std::string, int64_t> saved;
     ctx.timer = &timer;
+    memory.reset_peak();
     for (int64_t s = 0; s <= c.steps; ++s) {  // s == 0: warm-up, discarded
       ctx.step = step++;
+      const double step_start = now_seconds();
       model.zero_grad();
       const Tensor logits = model.forward(batches.next(), ctx);
       if (s == 1) model.visit_layers([&saved](Layer& l) { saved[l.name()] = l.saved_bytes(); });
@@ -247,10 +251,12 @@ DeviceProfile profile_run(const ProfileConfig& c) {
       const double t0 = now_seconds();
       opt.step(ctx.step);
       if (s > 0) optimizer_seconds.push_back(now_seconds() - t0);
+      if (s > 0 && t.mode == LayerPrecision::FP32) fp32_step_seconds.push_back(now_seconds() - step_start);
       if (s == 0) timer.discard_step();
       else timer.end_step();
     }
     ctx.timer = nullptr;
+    if (t.mode == LayerPrecision::FP32) fp32_peak_bytes = memory.peak_bytes();
     for (const LayerDesc* l : model_gemm_layers(desc)) {
       LayerCost cost;
       cost.forward_seconds = gemm_phase_seconds(timer, l->name, true);
@@ -280,6 +286,15 @@ DeviceProfile profile_run(const ProfileConfig& c) {
   p.optimizer_seconds = median_of(optimizer_seconds);
   for (const Parameter* q : model.parameters()) p.static_bytes += q->value.bytes() + q->grad.bytes();
   for (const Tensor* s : opt.state()) p.static_bytes += s->bytes();
+  // The step residual: a whole FP32 step as measured minus what the replayer predicts from the
+  // parts (device_profile.h).
+  if (!fp32_step_seconds.empty()) {
+    ReplayRank whole{&p, plan_uniform(desc, LayerPrecision::FP32)};
+    whole.plan.local_batch = c.batch;
+    const RankPrediction parts = replay_step(desc, {whole}, CommProfile{}, 25ll << 20).ranks.at(0);
+    p.step_overhead_seconds = std::max(0.0, median_of(fp32_step_seconds) - parts.compute_seconds);
+    p.step_overhead_bytes = std::max<int64_t>(0, fp32_peak_bytes - parts.peak_memory_bytes);
+  }
   p.source = "measured on " + cpu_model_name() + " as " + device.name + " (" + std::to_string(c.threads) +
              " thread" + (c.threads == 1 ? "" : "s") + "), median of " + std::to_string(c.steps) +
              " steps after a warm-up, " + optimizer_kind_name(c.optimizer.kind) + ", " +
@@ -365,8 +380,9 @@ std::string profile_summary(const DeviceProfile& p) {
                     precision_name(key.second), table == &p.channel_casts ? " (per channel)" : "", f.a * 1e9, f.b * 1e6);
       out += buf;
     }
-  std::snprintf(buf, sizeof buf, "optimizer step %.3f ms; static %.2f MiB\n", p.optimizer_seconds * 1e3,
-                double(p.static_bytes) / 1048576.0);
+  std::snprintf(buf, sizeof buf, "optimizer step %.3f ms; static %.2f MiB; rest of a step %.3f ms, %.2f MiB\n",
+                p.optimizer_seconds * 1e3, double(p.static_bytes) / 1048576.0, p.step_overhead_seconds * 1e3,
+                double(p.step_overhead_bytes) / 1048576.0);
   return out + buf;
 }
 

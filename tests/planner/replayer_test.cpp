@@ -2,7 +2,7 @@
 // Tests of planner/replayer.h against hand-computed small graphs: gradient buckets, the first
 // bucket's all-reduce overlapping backward, a slow rank delaying the sync while the fast one
 // waits the difference, one rank without sync, memory = static + saved (scaled to the local
-// batch) + weight copies, planned precisions' costs, and the errors for a missing precision.
+// batch) + weight copies, the profile's step residual, planned precisions' costs, and the errors for a missing precision.
 #include "planner/replayer.h"
 
 #include <gtest/gtest.h>
@@ -113,6 +113,23 @@ TEST(Replayer, OneRankDoesNotSynchronize) {
   EXPECT_DOUBLE_EQ(s.step_seconds, 10.5);
   EXPECT_DOUBLE_EQ(s.ranks[0].wait_seconds, 0);
   EXPECT_DOUBLE_EQ(s.allreduce_end_seconds, 0);
+}
+
+TEST(Replayer, TheStepResidualComesBeforeTheFirstLayerAndScalesWithTheBatch) {
+  DeviceProfile p = two_layer_profile(1, 4);
+  p.step_overhead_seconds = 1.5;
+  p.step_overhead_bytes = 600;
+  const StepPrediction s = replay_step(two_layer(), {rank_of(p, 4)}, comm(1, 0.001), 144);
+  EXPECT_DOUBLE_EQ(s.ranks[0].compute_seconds, 10.5 + 1.5);
+  EXPECT_EQ(s.ranks[0].peak_memory_bytes, 11400 + 600);
+  // Two ranks: the residual delays every gradient, so the slow rank's buckets come 1.5 later
+  // for both (the fast rank, without residual, waits that much longer at the first bucket).
+  const DeviceProfile fast = two_layer_profile(1, 4);
+  const StepPrediction two = replay_step(two_layer(), {rank_of(fast, 4), rank_of(p, 4)}, comm(0, 0), 144);
+  EXPECT_DOUBLE_EQ(two.ranks[1].backward_end_seconds - two.ranks[0].backward_end_seconds, 1.5);
+  // At batch 8 the residual doubles with the rest.
+  EXPECT_DOUBLE_EQ(replay_step(two_layer(), {rank_of(p, 8)}, comm(0, 0), 144).ranks[0].compute_seconds,
+                   2 * 10 + 0.5 + 3.0);
 }
 
 TEST(Replayer, MemoryIsStaticPlusSavedAtTheLocalBatchPlusWeightCopies) {
