@@ -3,6 +3,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/install-deps.sh
+# Test tools from PyPI: Helm's Go SDK (helm-python-sdk) renders and lints the chart.
+python3 -m pip install --quiet --disable-pip-version-check -r tests/charts/requirements.txt
 ./scripts/build.sh
 cd build
 ctest --output-on-failure -j "${QSYNC_TEST_JOBS:-2}" --timeout 600
