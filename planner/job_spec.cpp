@@ -127,7 +127,7 @@ JobSpec job_spec_parse(const std::string& text, const std::string& source) {
   if (!spec) fail(source, "spec is missing");
   check_keys(spec,
              {"model", "data", "optimizer", "steps", "epochs", "globalBatch", "seed", "evalLimit", "evalEvery", "checkpoint",
-              "planning", "pool", "runPolicy", "image", "resources"},
+              "planning", "pool", "runPolicy", "image", "imagePullPolicy", "resources"},
              source, "spec");
   const YAML::Node model = spec["model"];
   if (!model) fail(source, "spec.model is missing: {zoo: cnn} or {file: model.yaml}");
@@ -138,7 +138,9 @@ JobSpec job_spec_parse(const std::string& text, const std::string& source) {
     const std::filesystem::path p = model["file"].as<std::string>();
     j.model = p.is_absolute() ? p.string() : (std::filesystem::path(source).parent_path() / p).string();
   } else {
-    fail(source, "spec.model needs zoo (a zoo model name) or file (a model file)");
+    fail(source, model["configMap"] ? "spec.model.configMap names a Kubernetes ConfigMap, which only the operator reads; "
+                                      "locally use zoo (a zoo model name) or file (a model file)"
+                                    : "spec.model needs zoo (a zoo model name) or file (a model file)");
   }
   if (const YAML::Node d = spec["data"]) {
     check_keys(d, {"path", "volume"}, source, "spec.data");
@@ -159,6 +161,7 @@ JobSpec job_spec_parse(const std::string& text, const std::string& source) {
   j.epochs = get<double>(spec, "epochs", 0.0, source, "spec");
   if (j.steps < 0 || j.epochs < 0) fail(source, "spec.steps and spec.epochs must not be negative");
   if (j.steps == 0 && j.epochs == 0) fail(source, "set spec.steps or spec.epochs (how long to train)");
+  if (j.steps > 0 && j.epochs > 0) fail(source, "set spec.steps or spec.epochs, not both");
   j.global_batch = get<int64_t>(spec, "globalBatch", j.global_batch, source, "spec");
   if (j.global_batch <= 0) fail(source, "spec.globalBatch must be positive, got " + std::to_string(j.global_batch));
   j.seed = get<uint64_t>(spec, "seed", 1, source, "spec");
