@@ -54,7 +54,7 @@ def job_yaml(name, model, seed, strategy):
     data = f"  data: {{path: {TEXT}}}\n" if model == "char-gpt" else ""
     return (f"apiVersion: qsync.dev/v1alpha1\nkind: HybridTrainingJob\nmetadata: {{name: {name}}}\nspec:\n"
             f"  model: {{zoo: {model}}}\n{data}  optimizer: {{name: adamw, lr: {lr}}}\n  steps: {steps}\n"
-            f"  globalBatch: {batch}\n  seed: {seed}\n  evalLimit: 2000\n  evalEvery: {every}\n"
+            f"  globalBatch: {batch}\n  seed: {seed}\n  evalLimit: 1000\n  evalEvery: {every}\n"
             f"  planning: {{allocator: {allocator}, precision: {high}, lowPrecision: {low}}}\n"
             "  pool:\n    local:\n      - {deviceClass: cpu-amx, threads: 1}\n"
             "      - {deviceClass: cpu-avx2, threads: 1}\n")

@@ -1,6 +1,7 @@
 # qsync_helpers: one helper per kind of target, in the manner of abseil's absl_cc_library.
 #   qsync_cc_library(NAME kernels SRCS a.cpp HDRS a.h DEPS dnnl PUBLIC_DEPS ...) -> target qsync_kernels, alias qsync::kernels
-#   qsync_cc_test(NAME gemm_test SRCS gemm_test.cpp DEPS qsync::kernels)      -> gtest binary registered with ctest
+#   qsync_cc_test(NAME gemm_test SRCS gemm_test.cpp DEPS qsync::kernels [LABELS l] [RESOURCE_LOCK r])
+#                                                                              -> gtest binary registered with ctest
 #   qsync_cc_binary(NAME qsync-bench-gemm SRCS main.cpp DEPS ...)             -> build/bin/<NAME>
 
 set(QSYNC_WARNINGS -Wall -Wextra -Werror)
@@ -23,7 +24,7 @@ function(qsync_cc_binary)
 endfunction()
 
 function(qsync_cc_test)
-  cmake_parse_arguments(Q "" "NAME" "SRCS;DEPS;LABELS" ${ARGN})
+  cmake_parse_arguments(Q "" "NAME;RESOURCE_LOCK" "SRCS;DEPS;LABELS" ${ARGN})
   add_executable(${Q_NAME} ${Q_SRCS})
   set_target_properties(${Q_NAME} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
   target_compile_options(${Q_NAME} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:${QSYNC_WARNINGS}>
@@ -32,7 +33,12 @@ function(qsync_cc_test)
   # A GTEST_SKIP'd test (e.g. CUDA with no GPU) is reported by ctest as skipped, not passed.
   # Labels are a list: escape the separators so gtest_discover_tests keeps them together.
   string(REPLACE ";" "\\;" labels "${Q_LABELS}")
+  # RESOURCE_LOCK: tests holding the same lock never run at once (e.g. fixed ports).
+  set(lock)
+  if(Q_RESOURCE_LOCK)
+    set(lock RESOURCE_LOCK ${Q_RESOURCE_LOCK})
+  endif()
   gtest_discover_tests(${Q_NAME}
-    PROPERTIES SKIP_REGULAR_EXPRESSION "\\[  SKIPPED \\]" LABELS "${labels}"
+    PROPERTIES SKIP_REGULAR_EXPRESSION "\\[  SKIPPED \\]" LABELS "${labels}" ${lock}
     DISCOVERY_TIMEOUT 60)
 endfunction()

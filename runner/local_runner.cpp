@@ -70,7 +70,7 @@ struct Worker {
 };
 
 // argv of rank r's qsync-worker.
-std::vector<std::string> worker_args(const RunOptions& o, const JobSpec& j, const LocalWorkerSpec& w,
+std::vector<std::string> worker_args(const RunOptions& o, const JobSpec& j, const LocalWorkerSpec& w, int rank,
                                      const std::string& device_class, const std::string& plan, const std::string& ckpt,
                                      const std::string& summary) {
   std::vector<std::string> a = {o.worker_binary, "train", "--model", j.model, "--plan", plan, "--batch",
@@ -90,6 +90,7 @@ std::vector<std::string> worker_args(const RunOptions& o, const JobSpec& j, cons
   if (j.grad_clip > 0) add("--grad-clip", std::to_string(j.grad_clip));
   if (j.eval_limit > 0) add("--eval-limit", std::to_string(j.eval_limit));
   if (j.eval_every > 0) add("--eval-every", std::to_string(j.eval_every));
+  if (o.metrics_base_port > 0) add("--metrics-port", std::to_string(o.metrics_base_port + rank));
   if (w.memory_budget_bytes > 0) add("--memory-budget", std::to_string(std::max<int64_t>(1, w.memory_budget_bytes >> 20)));
   if (!ckpt.empty()) {
     add("--checkpoint-dir", ckpt);
@@ -191,7 +192,7 @@ RunResult run_job_locally(const RunOptions& in) {
     fs::remove(wk.summary_path);
     int fds[2];
     if (pipe(fds) != 0) throw std::runtime_error(std::string("pipe failed: ") + std::strerror(errno));
-    wk.pid = spawn(worker_args(o, job, w, c.name, plan_path, ckpt, wk.summary_path),
+    wk.pid = spawn(worker_args(o, job, w, r, c.name, plan_path, ckpt, wk.summary_path),
                    {{"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", std::to_string(port)}, {"RANK", std::to_string(r)},
                     {"WORLD_SIZE", std::to_string(world)}},
                    fds[1], wk.log_path);

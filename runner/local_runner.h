@@ -30,6 +30,7 @@ struct RunOptions {
   double collective_timeout_seconds = 60;
   std::string allocator;     // overrides the job's planning.allocator
   std::string profiles_dir;  // overrides the job's planning.profiles (default <work dir>/profiles)
+  int metrics_base_port = 0; // > 0: rank r's worker serves Prometheus /metrics on port P + r
 };
 
 struct RankOutcome {

@@ -3,6 +3,7 @@
 //
 //   qsync run JOB.yaml [--work-dir DIR] [--master-port P] [--summary-json FILE] [--resume]
 //                      [--collective-timeout SECONDS] [--quiet] [--allocator S] [--profiles DIR]
+//                      [--metrics-base-port P]
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -16,7 +17,8 @@ const char* USAGE =
     "usage: qsync run JOB.yaml [--work-dir DIR] [--master-port P] [--summary-json FILE] [--resume]\n"
     "                          [--collective-timeout SECONDS] [--quiet]\n"
     "                          [--allocator exact|greedy|uniform|uniform-low-weak|dynamic-batching]\n"
-    "                          [--profiles DIR (measured device profiles; default <work dir>/profiles)]\n";
+    "                          [--profiles DIR (measured device profiles; default <work dir>/profiles)]\n"
+    "                          [--metrics-base-port P (rank r serves Prometheus /metrics on port P+r)]\n";
 
 int run_main(int argc, char** argv) {
   if (argc < 2 || std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "-h") == 0) {
@@ -37,6 +39,11 @@ int run_main(int argc, char** argv) {
     else if (a == "--collective-timeout") o.collective_timeout_seconds = std::stod(value());
     else if (a == "--allocator") o.allocator = value();
     else if (a == "--profiles") o.profiles_dir = value();
+    else if (a == "--metrics-base-port") {
+      o.metrics_base_port = std::stoi(value());
+      if (o.metrics_base_port < 1 || o.metrics_base_port > 65535)
+        throw std::invalid_argument("--metrics-base-port takes a TCP port (1-65535); rank r then serves port P+r");
+    }
     else if (a == "--resume") o.resume = true;
     else if (a == "--quiet") o.quiet = true;
     else if (!a.empty() && a[0] == '-') throw std::invalid_argument("unknown argument '" + a + "'\n" + USAGE);

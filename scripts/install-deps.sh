@@ -9,6 +9,8 @@ packages=(
   libyaml-cpp-dev libgloo-dev prometheus-cpp-dev libcpprest-dev
   dataset-fashion-mnist prometheus
 )
+# kubectl drives the Kubernetes API test server's conformance test; Debian ships it as kubernetes-client.
+command -v kubectl >/dev/null 2>&1 || packages+=(kubernetes-client)
 
 missing=()
 for p in "${packages[@]}"; do

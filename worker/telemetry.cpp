@@ -4,8 +4,9 @@
 // address not local, ...) and what to change. Debian's civetweb has no IPv6: IPv4 addresses only.
 #include "worker/telemetry.h"
 
+#include "kernels/thread_stack_allowance.h"
+
 #include <arpa/inet.h>
-#include <dlfcn.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <sys/socket.h>
@@ -21,20 +22,6 @@
 #include <prometheus/histogram.h>
 #include <prometheus/registry.h>
 #include <stdexcept>
-
-// civetweb, as Debian builds it (USE_STACK_SIZE=102400), starts its threads with 100 KiB stacks.
-// glibc carves a thread's static TLS out of its stack and refuses (EINVAL) a stack that cannot
-// hold it: in a CUDA build, libcublasLt alone brings 94 KiB of static TLS, so civetweb cannot
-// start a thread and every --metrics-port failed ("null context when constructing CivetServer").
-// This definition in the executable interposes the libc one for the whole process: a stack size
-// under 1 MiB gets 1 MiB more (room for any static TLS); larger requests pass unchanged.
-extern "C" int pthread_attr_setstacksize(pthread_attr_t* attr, size_t size) {
-  using Fn = int (*)(pthread_attr_t*, size_t);
-  static const Fn next = reinterpret_cast<Fn>(dlsym(RTLD_NEXT, "pthread_attr_setstacksize"));
-  if (next == nullptr) return ENOSYS;
-  constexpr size_t TLS_ALLOWANCE = size_t(1) << 20;
-  return next(attr, size < TLS_ALLOWANCE ? size + TLS_ALLOWANCE : size);
-}
 
 namespace qsync {
 namespace {
@@ -72,6 +59,7 @@ std::string probe_bind_failure(const std::string& address, int port) {
 
 WorkerTelemetry::WorkerTelemetry(const WorkerTelemetryConfig& config)
     : bind_address_(config.bind_address), registry_(std::make_shared<prometheus::Registry>()) {
+  thread_stack_allowance_link();  // civetweb's small thread stacks beside CUDA's static TLS
   if (config.port < 0 || config.port > 65535) {
     throw std::invalid_argument("metrics port " + std::to_string(config.port) +
                                 " is outside 0..65535; pass --metrics-port N (0 picks a free port)");

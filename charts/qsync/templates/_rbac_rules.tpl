@@ -1,0 +1,43 @@
+{{/*
+File: charts/qsync/templates/_rbac_rules.tpl
+The RBAC rules of the operator, exactly the calls it makes (charts/qsync/rbac-contract.yaml lists
+them; tests/charts checks the rendered rules against it). Three groups, by where they must be
+granted: the job and workload rules (cluster-wide, or per watched namespace), the nodes rule
+(cluster-scoped objects: always a ClusterRole) and the leader-election rule (the Lease namespace).
+*/}}
+
+{{/* HybridTrainingJobs and the children the reconciler creates. */}}
+{{- define "qsync.rules.workloads" -}}
+- apiGroups: ["qsync.dev"]
+  resources: ["hybridtrainingjobs"]
+  verbs: ["get", "list", "watch", "update", "patch", "delete"]
+- apiGroups: ["qsync.dev"]
+  resources: ["hybridtrainingjobs/status"]
+  verbs: ["get", "update", "patch"]
+- apiGroups: ["qsync.dev"]
+  resources: ["hybridtrainingjobs/finalizers"]
+  verbs: ["update"]
+- apiGroups: [""]
+  resources: ["pods", "services"]
+  verbs: ["get", "list", "watch", "create", "delete"]
+- apiGroups: [""]
+  resources: ["configmaps"]
+  verbs: ["get", "list", "watch", "create", "update", "patch", "delete"]
+- apiGroups: [""]
+  resources: ["events"]
+  verbs: ["create", "patch"]
+{{- end -}}
+
+{{/* The pool: the planner reads node labels (nvidia.com/gpu.product, device classes). */}}
+{{- define "qsync.rules.nodes" -}}
+- apiGroups: [""]
+  resources: ["nodes"]
+  verbs: ["get", "list", "watch"]
+{{- end -}}
+
+{{/* The leader-election Lease. */}}
+{{- define "qsync.rules.leaderElection" -}}
+- apiGroups: ["coordination.k8s.io"]
+  resources: ["leases"]
+  verbs: ["get", "create", "update"]
+{{- end -}}

@@ -1,0 +1,80 @@
+// File: operator/api/crd_fields.h
+// The HybridTrainingJob's fields as one table: every field of spec and status with its path,
+// type, default, allowed values, bounds and description. The CRD's openAPIV3Schema is generated
+// from it (crd_schema.h) and the C++ parsing validates and defaults through that same schema
+// (schema_check.h), so the YAML that the API server enforces and the types the operator reads
+// cannot drift apart.
+//
+//   Field::integer("spec.globalBatch", "Samples per step over all ranks.").with_default(128).at_least(1)
+//   Field::array("spec.pool.training", "...")   then   Field::string("spec.pool.training[].name", ...)
+//
+// Paths are dotted from the object's root; "x[]" steps into the items of the array x.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace qsync::api {
+
+enum class FieldType {
+  STRING,
+  INTEGER,
+  NUMBER,
+  BOOLEAN,
+  DATE_TIME,     // an RFC 3339 string
+  OBJECT,        // properties come from the fields below it
+  ARRAY,         // of objects: the item's properties come from "path[].x" fields
+  STRING_MAP,    // string -> string (labels, node selectors)
+  QUANTITY_MAP,  // string -> Kubernetes quantity, an integer or a string ("2", "500m", "4Gi")
+};
+
+struct Field {
+  std::string path;
+  FieldType type = FieldType::STRING;
+  std::string description;
+  nlohmann::json default_value;      // null: no default
+  std::vector<std::string> allowed;  // enum values (strings)
+  std::optional<double> minimum;
+  bool exclusive_minimum = false;
+  std::optional<int64_t> min_length;
+  std::string pattern;      // ECMAScript regex for strings
+  std::string format_hint;  // what the pattern means, for messages: "a duration such as 250ms"
+  bool required = false;    // required in its parent object
+  std::vector<std::pair<std::string, std::string>> rules;  // CEL {rule, message} (real API servers only)
+  std::vector<std::string> list_map_keys;  // an ARRAY keyed like a map (x-kubernetes-list-type: map)
+
+  static Field string(std::string path, std::string description);
+  static Field integer(std::string path, std::string description);
+  static Field number(std::string path, std::string description);
+  static Field boolean(std::string path, std::string description);
+  static Field date_time(std::string path, std::string description);
+  static Field object(std::string path, std::string description);
+  static Field array(std::string path, std::string description);
+  static Field string_map(std::string path, std::string description);
+  static Field quantity_map(std::string path, std::string description);
+
+  Field with_default(nlohmann::json value) &&;
+  Field one_of(std::vector<std::string> values) &&;
+  Field at_least(double value) &&;
+  Field above(double value) &&;  // exclusive minimum
+  Field non_empty() &&;          // minLength 1: an empty string means "absent"
+  Field matching(std::string regex, std::string hint) &&;
+  Field mandatory() &&;
+  Field with_rule(std::string cel, std::string message) &&;
+  Field keyed_by(std::vector<std::string> keys) &&;
+};
+
+// Patterns shared by the table and the messages.
+inline constexpr const char* DURATION_PATTERN = R"(^[0-9]+(\.[0-9]+)?(us|ms|s|m)?$)";
+inline constexpr const char* QUANTITY_PATTERN =
+    R"(^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$)";
+
+// Every field of .spec, parents before children.
+const std::vector<Field>& hybrid_training_job_spec_fields();
+// Every field of .status, parents before children.
+const std::vector<Field>& hybrid_training_job_status_fields();
+
+}  // namespace qsync::api

@@ -1,0 +1,94 @@
+// File: operator/api/hybrid_training_job_status.cpp
+// .status <-> HybridTrainingJobStatus, checked against the status fields of the table.
+#include "operator/api/hybrid_training_job_status.h"
+
+#include <stdexcept>
+
+#include "operator/api/crd_fields.h"
+#include "operator/api/field_validation.h"
+#include "operator/api/json_access.h"
+
+namespace qsync::api {
+namespace {
+
+using json = nlohmann::json;
+
+}  // namespace
+
+HybridTrainingJobStatus hybrid_training_job_status_from_json(const json& status) {
+  HybridTrainingJobStatus s;
+  if (status.is_null()) return s;
+  const std::vector<std::string> problems = field_problems(hybrid_training_job_status_fields(), "status", status);
+  if (!problems.empty()) {
+    std::string all;
+    for (const std::string& p : problems) all += (all.empty() ? "" : "; ") + p;
+    throw std::invalid_argument("invalid status: " + all);
+  }
+  s.phase = json_text(status, "phase");
+  s.message = json_text(status, "message");
+  s.observed_generation = json_integer(status, "observedGeneration");
+  for (const json& c : status.value("conditions", json::array()))
+    s.conditions.push_back({json_text(c, "type"), json_text(c, "status"), json_text(c, "reason"), json_text(c, "message"),
+                            json_text(c, "lastTransitionTime"), json_integer(c, "observedGeneration")});
+  if (status.contains("plan")) {
+    const json& p = status["plan"];
+    PlanSummary plan;
+    plan.strategy = json_text(p, "strategy");
+    plan.predicted_step_seconds = json_number(p, "predictedStepSeconds");
+    plan.step_time_target_seconds = json_number(p, "stepTimeTargetSeconds");
+    plan.config_map = json_text(p, "configMap");
+    for (const json& r : p.value("ranks", json::array()))
+      plan.ranks.push_back({json_integer(r, "rank"), json_text(r, "node"), json_text(r, "deviceClass"), json_text(r, "precisionMix"),
+                            json_integer(r, "localBatch"), json_number(r, "predictedStepSeconds")});
+    s.plan = plan;
+  }
+  const json replicas = status.value("replicas", json::object());
+  s.replicas = {json_integer(replicas, "total"), json_integer(replicas, "active"), json_integer(replicas, "succeeded"),
+                json_integer(replicas, "failed")};
+  s.restarts = json_integer(status, "restarts");
+  s.last_checkpoint_step = json_integer(status, "lastCheckpointStep");
+  s.start_time = json_text(status, "startTime");
+  s.completion_time = json_text(status, "completionTime");
+  return s;
+}
+
+json to_json(const HybridTrainingJobStatus& s) {
+  json out = json::object();
+  put_text(out, "phase", s.phase);
+  put_text(out, "message", s.message);
+  out["observedGeneration"] = s.observed_generation;
+  out["conditions"] = json::array();
+  for (const Condition& c : s.conditions)
+    out["conditions"].push_back({{"type", c.type},
+                                 {"status", c.status},
+                                 {"reason", c.reason},
+                                 {"message", c.message},
+                                 {"lastTransitionTime", c.last_transition_time},
+                                 {"observedGeneration", c.observed_generation}});
+  if (s.plan) {
+    json plan = {{"predictedStepSeconds", s.plan->predicted_step_seconds},
+                 {"stepTimeTargetSeconds", s.plan->step_time_target_seconds},
+                 {"ranks", json::array()}};
+    put_text(plan, "strategy", s.plan->strategy);
+    put_text(plan, "configMap", s.plan->config_map);
+    for (const RankPlan& r : s.plan->ranks) {
+      json rank = {{"rank", r.rank}, {"localBatch", r.local_batch}, {"predictedStepSeconds", r.predicted_step_seconds}};
+      put_text(rank, "node", r.node);
+      put_text(rank, "deviceClass", r.device_class);
+      put_text(rank, "precisionMix", r.precision_mix);
+      plan["ranks"].push_back(rank);
+    }
+    out["plan"] = plan;
+  }
+  out["replicas"] = {{"total", s.replicas.total},
+                     {"active", s.replicas.active},
+                     {"succeeded", s.replicas.succeeded},
+                     {"failed", s.replicas.failed}};
+  out["restarts"] = s.restarts;
+  out["lastCheckpointStep"] = s.last_checkpoint_step;
+  put_text(out, "startTime", s.start_time);
+  put_text(out, "completionTime", s.completion_time);
+  return out;
+}
+
+}  // namespace qsync::api

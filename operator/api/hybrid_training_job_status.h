@@ -1,0 +1,73 @@
+// File: operator/api/hybrid_training_job_status.h
+// The HybridTrainingJob's .status as C++ types, and its JSON form (the status subresource the
+// operator writes). Fields are those of the status part of the field table (crd_fields.cpp).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "operator/api/conditions.h"
+
+namespace qsync::api {
+
+inline constexpr const char* PHASE_PENDING = "Pending";
+inline constexpr const char* PHASE_PLANNING = "Planning";
+inline constexpr const char* PHASE_RUNNING = "Running";
+inline constexpr const char* PHASE_RESTARTING = "Restarting";
+inline constexpr const char* PHASE_SUSPENDED = "Suspended";
+inline constexpr const char* PHASE_SUCCEEDED = "Succeeded";
+inline constexpr const char* PHASE_FAILED = "Failed";
+
+struct RankPlan {
+  int64_t rank = 0;
+  std::string node;
+  std::string device_class;
+  std::string precision_mix;  // layers per precision: "fp32:4 int8:2"
+  int64_t local_batch = 0;
+  double predicted_step_seconds = 0;
+
+  bool operator==(const RankPlan&) const = default;
+};
+
+struct PlanSummary {
+  std::string strategy;  // the allocator
+  double predicted_step_seconds = 0;
+  double step_time_target_seconds = 0;
+  std::string config_map;  // holds the plan files
+  std::vector<RankPlan> ranks;
+
+  bool operator==(const PlanSummary&) const = default;
+};
+
+struct ReplicaCounts {
+  int64_t total = 0, active = 0, succeeded = 0, failed = 0;
+
+  bool operator==(const ReplicaCounts&) const = default;
+};
+
+struct HybridTrainingJobStatus {
+  std::string phase;  // "" until the operator first writes status
+  std::string message;
+  int64_t observed_generation = 0;
+  std::vector<Condition> conditions;
+  std::optional<PlanSummary> plan;
+  ReplicaCounts replicas;
+  int64_t restarts = 0;
+  int64_t last_checkpoint_step = 0;
+  std::string start_time;       // RFC 3339, "" until the workers start
+  std::string completion_time;  // RFC 3339, "" until the job finishes
+
+  bool operator==(const HybridTrainingJobStatus&) const = default;
+};
+
+// Reads .status; throws std::invalid_argument naming the field when it breaks the schema.
+HybridTrainingJobStatus hybrid_training_job_status_from_json(const nlohmann::json& status);
+
+// Writes .status: counts always, strings and the plan only when set.
+nlohmann::json to_json(const HybridTrainingJobStatus& status);
+
+}  // namespace qsync::api

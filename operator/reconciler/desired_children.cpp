@@ -1,0 +1,200 @@
+// File: operator/reconciler/desired_children.cpp
+// The Service, plan ConfigMap and Pods a HybridTrainingJob owns (see desired_children.h).
+#include "operator/reconciler/desired_children.h"
+
+#include "operator/controller/owner_refs.h"
+#include "planner/device_profile.h"
+
+namespace qsync::reconciler {
+namespace {
+
+using json = nlohmann::json;
+
+// The default of spec.image in the CRD (api::HybridTrainingJobSpec's initializer).
+const std::string& crd_default_image() {
+  static const std::string image = api::HybridTrainingJobSpec{}.image;
+  return image;
+}
+
+json child_metadata(const api::HybridTrainingJob& job, const std::string& name) {
+  json meta = {{"name", name}, {"namespace", job.namespace_name()}, {"labels", {{JOB_LABEL, job.name()}}}};
+  return meta;
+}
+
+json owned(json child, const json& job_object) {
+  controller::set_controller_reference(child, job_object);
+  return child;
+}
+
+// Shortest decimal text of a number, as JSON writes it ("0.002", not "0.002000").
+std::string number_text(double v) { return json(v).dump(); }
+
+std::string checkpoint_dir(const api::HybridTrainingJob& job) {
+  std::string sub = job.spec.checkpoint.dir;
+  while (!sub.empty() && sub.front() == '/') sub.erase(sub.begin());
+  return std::string(CHECKPOINT_MOUNT) + "/" + (sub.empty() ? job.name() : sub);
+}
+
+json env_var(const std::string& name, const std::string& value) { return {{"name", name}, {"value", value}}; }
+
+}  // namespace
+
+std::string service_name(const std::string& job) { return job + "-workers"; }
+std::string plan_config_map_name(const std::string& job) { return job + "-plan"; }
+std::string pod_name(const std::string& job, int64_t rank) { return job + "-worker-" + std::to_string(rank); }
+std::string master_address(const std::string& job, const std::string& ns) {
+  return pod_name(job, 0) + "." + service_name(job) + "." + ns + ".svc";
+}
+
+std::string worker_image(const api::HybridTrainingJob& job, const ChildOptions& options) {
+  if (!options.worker_image.empty() && (job.spec.image.empty() || job.spec.image == crd_default_image()))
+    return options.worker_image;
+  return job.spec.image.empty() ? crd_default_image() : job.spec.image;
+}
+
+json desired_service(const json& job_object, const api::HybridTrainingJob& job, const ChildOptions& options) {
+  json svc = {{"apiVersion", "v1"},
+              {"kind", "Service"},
+              {"metadata", child_metadata(job, service_name(job.name()))},
+              {"spec",
+               {{"clusterIP", "None"},
+                {"publishNotReadyAddresses", true},  // ranks rendezvous before they are Ready
+                {"selector", {{JOB_LABEL, job.name()}}},
+                {"ports", json::array({{{"name", "rendezvous"},
+                                        {"port", options.master_port},
+                                        {"targetPort", options.master_port},
+                                        {"protocol", "TCP"}}})}}}};
+  return owned(std::move(svc), job_object);
+}
+
+json desired_plan_config_map(const json& job_object, const api::HybridTrainingJob& job, const JobPlan& plan,
+                             int64_t attempt) {
+  json data = json::object();
+  for (size_t r = 0; r < plan.rank_files.size(); ++r) data["rank-" + std::to_string(r) + ".yaml"] = plan_to_yaml(plan.rank_files[r]);
+  data["plan.json"] = job_plan_to_json(plan).dump(2);
+  json meta = child_metadata(job, plan_config_map_name(job.name()));
+  meta["annotations"] = {{GENERATION_ANNOTATION, std::to_string(job.generation())},
+                         {ATTEMPT_ANNOTATION, std::to_string(attempt)}};
+  json cm = {{"apiVersion", "v1"}, {"kind", "ConfigMap"}, {"metadata", meta}, {"data", data}};
+  return owned(std::move(cm), job_object);
+}
+
+std::vector<std::string> worker_command(const api::HybridTrainingJob& job, const DiscoveredRank& rank) {
+  const api::HybridTrainingJobSpec& s = job.spec;
+  std::string model = s.model.zoo.empty() ? s.model.file : s.model.zoo;
+  if (s.model.config_map) model = std::string(MODEL_MOUNT) + "/" + s.model.config_map->key;
+  std::vector<std::string> cmd = {WORKER_BINARY, "train", "--model", model,
+                                  "--plan", std::string(PLAN_MOUNT) + "/rank-" + std::to_string(rank.rank) + ".yaml",
+                                  "--batch", std::to_string(s.global_batch)};
+  if (s.steps) {
+    cmd.insert(cmd.end(), {"--steps", std::to_string(*s.steps)});
+  } else if (s.epochs) {
+    cmd.insert(cmd.end(), {"--epochs", number_text(*s.epochs)});
+  }
+  cmd.insert(cmd.end(), {"--seed", std::to_string(s.seed), "--lr", number_text(s.optimizer.lr), "--optimizer", s.optimizer.name});
+  if (s.optimizer.weight_decay > 0) cmd.insert(cmd.end(), {"--weight-decay", number_text(s.optimizer.weight_decay)});
+  if (s.optimizer.warmup_steps > 0) cmd.insert(cmd.end(), {"--warmup", std::to_string(s.optimizer.warmup_steps)});
+  if (s.optimizer.grad_clip > 0) cmd.insert(cmd.end(), {"--grad-clip", number_text(s.optimizer.grad_clip)});
+  if (s.eval_every > 0) cmd.insert(cmd.end(), {"--eval-every", std::to_string(s.eval_every)});
+  if (s.eval_limit > 0) cmd.insert(cmd.end(), {"--eval-limit", std::to_string(s.eval_limit)});
+  cmd.insert(cmd.end(), {"--log-json", "--metrics-port", std::to_string(WORKER_METRICS_PORT), "--job-name", job.name(),
+                         "--checkpoint-dir", checkpoint_dir(job)});
+  if (s.checkpoint.interval_steps > 0)
+    cmd.insert(cmd.end(), {"--checkpoint-every", std::to_string(s.checkpoint.interval_steps)});
+  cmd.push_back("--resume");  // harmless without a checkpoint: the worker starts from scratch
+  if (!is_gpu_device_class(rank.device_class)) cmd.insert(cmd.end(), {"--device-class", rank.device_class});
+  if (s.data.volume) {
+    cmd.insert(cmd.end(), {"--data", std::string(DATA_MOUNT) + (s.data.volume->path.empty() ? "" : "/" + s.data.volume->path)});
+  } else if (!s.data.path.empty()) {
+    cmd.insert(cmd.end(), {"--data", s.data.path});
+  }
+  return cmd;
+}
+
+json desired_pod(const json& job_object, const api::HybridTrainingJob& job, const DiscoveredRank& rank,
+                 int64_t world_size, int64_t attempt, const ChildOptions& options) {
+  const api::HybridTrainingJobSpec& s = job.spec;
+  const std::string name = pod_name(job.name(), rank.rank);
+  json meta = child_metadata(job, name);
+  meta["labels"][RANK_LABEL] = std::to_string(rank.rank);
+  meta["labels"][ATTEMPT_LABEL] = std::to_string(attempt);
+  meta["labels"][POOL_KIND_LABEL] = rank.pool_kind;
+  meta["annotations"] = {{"qsync.dev/node", rank.node}, {"qsync.dev/device-class", rank.device_class}};
+
+  json env = json::array({env_var("MASTER_ADDR", master_address(job.name(), job.namespace_name())),
+                          env_var("MASTER_PORT", std::to_string(options.master_port)),
+                          env_var("RANK", std::to_string(rank.rank)), env_var("WORLD_SIZE", std::to_string(world_size)),
+                          env_var("QSYNC_JOB", job.name())});
+
+  json resources = json::object();
+  if (s.resources) {
+    if (!s.resources->requests.empty()) resources["requests"] = s.resources->requests;
+    if (!s.resources->limits.empty()) resources["limits"] = s.resources->limits;
+  }
+  if (rank.gpus > 0) {
+    resources["limits"][GPU_RESOURCE] = std::to_string(rank.gpus);
+    resources["requests"][GPU_RESOURCE] = std::to_string(rank.gpus);
+  }
+
+  json mounts = json::array({{{"name", "plan"}, {"mountPath", PLAN_MOUNT}, {"readOnly", true}},
+                             {{"name", "checkpoints"}, {"mountPath", CHECKPOINT_MOUNT}},
+                             {{"name", "tmp"}, {"mountPath", "/tmp"}}});
+  json volumes = json::array({{{"name", "plan"}, {"configMap", {{"name", plan_config_map_name(job.name())}}}},
+                              {{"name", "tmp"}, {"emptyDir", json::object()}}});
+  if (s.checkpoint.volume) {
+    volumes.push_back({{"name", "checkpoints"}, {"persistentVolumeClaim", {{"claimName", s.checkpoint.volume->claim_name}}}});
+  } else {
+    volumes.push_back({{"name", "checkpoints"}, {"emptyDir", json::object()}});
+  }
+  if (s.data.volume) {
+    volumes.push_back({{"name", "data"},
+                       {"persistentVolumeClaim", {{"claimName", s.data.volume->claim_name}, {"readOnly", true}}}});
+    mounts.push_back({{"name", "data"}, {"mountPath", DATA_MOUNT}, {"readOnly", true}});
+  }
+  if (s.model.config_map) {
+    volumes.push_back({{"name", "model"}, {"configMap", {{"name", s.model.config_map->name}}}});
+    mounts.push_back({{"name", "model"}, {"mountPath", MODEL_MOUNT}, {"readOnly", true}});
+  }
+
+  json container = {{"name", "worker"},
+                    {"image", worker_image(job, options)},
+                    {"command", worker_command(job, rank)},
+                    {"env", env},
+                    {"ports", json::array({{{"name", "metrics"}, {"containerPort", WORKER_METRICS_PORT}, {"protocol", "TCP"}},
+                                           {{"name", "rendezvous"}, {"containerPort", options.master_port}, {"protocol", "TCP"}}})},
+                    {"volumeMounts", mounts},
+                    {"securityContext",
+                     {{"runAsNonRoot", true},
+                      {"runAsUser", 65532},
+                      {"allowPrivilegeEscalation", false},
+                      {"readOnlyRootFilesystem", true},
+                      {"capabilities", {{"drop", json::array({"ALL"})}}},
+                      {"seccompProfile", {{"type", "RuntimeDefault"}}}}}};
+  if (!resources.empty()) container["resources"] = resources;
+  if (!s.image_pull_policy.empty()) container["imagePullPolicy"] = s.image_pull_policy;
+
+  json affinity = {{"nodeAffinity",
+                    {{"requiredDuringSchedulingIgnoredDuringExecution",
+                      {{"nodeSelectorTerms",
+                        json::array({{{"matchExpressions",
+                                       json::array({{{"key", "kubernetes.io/hostname"},
+                                                     {"operator", "In"},
+                                                     {"values", json::array({rank.node})}}})}}})}}}}}};
+  json pod = {{"apiVersion", "v1"},
+              {"kind", "Pod"},
+              {"metadata", meta},
+              {"spec",
+               {{"restartPolicy", "Never"},
+                {"hostname", name},
+                {"subdomain", service_name(job.name())},
+                {"affinity", affinity},
+                {"securityContext",
+                 {{"runAsNonRoot", true}, {"runAsUser", 65532}, {"fsGroup", 65532},
+                  {"seccompProfile", {{"type", "RuntimeDefault"}}}}},
+                {"terminationGracePeriodSeconds", 60},  // time to write the SIGTERM checkpoint
+                {"containers", json::array({container})},
+                {"volumes", volumes}}}};
+  return owned(std::move(pod), job_object);
+}
+
+}  // namespace qsync::reconciler

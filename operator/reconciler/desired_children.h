@@ -1,0 +1,63 @@
+// File: operator/reconciler/desired_children.h
+// The objects a HybridTrainingJob owns, as pure functions of the job and its plan: the headless
+// Service `<job>-workers` (DNS for the ranks, port 29500 "rendezvous"), the plan ConfigMap
+// `<job>-plan` (rank-<r>.yaml per rank and plan.json, annotated with the generation and attempt
+// it was planned for) and one Pod per rank `<job>-worker-<rank>` (env MASTER_ADDR = rank 0's DNS
+// name, MASTER_PORT, RANK, WORLD_SIZE; the qsync-worker train command; the plan, checkpoint and
+// data volumes; node affinity to the planned node; GPU and CPU/memory resources; restartPolicy
+// Never; the restricted security context). Every child carries a controller owner reference to
+// the job, so the garbage collector deletes it with the job.
+//
+//   const json pod = desired_pod(job_object, job, plan.ranks[r], plan.ranks.size(), attempt, options);
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "operator/api/hybrid_training_job.h"
+#include "operator/reconciler/job_planning.h"
+
+namespace qsync::reconciler {
+
+inline constexpr const char* JOB_LABEL = "qsync.dev/job";
+inline constexpr const char* RANK_LABEL = "qsync.dev/rank";
+inline constexpr const char* ATTEMPT_LABEL = "qsync.dev/attempt";
+inline constexpr const char* POOL_KIND_LABEL = "qsync.dev/pool-kind";
+inline constexpr const char* GENERATION_ANNOTATION = "qsync.dev/generation";
+inline constexpr const char* ATTEMPT_ANNOTATION = "qsync.dev/attempt";
+inline constexpr const char* WORKER_BINARY = "/usr/local/bin/qsync-worker";
+inline constexpr const char* PLAN_MOUNT = "/etc/qsync/plan";
+inline constexpr const char* MODEL_MOUNT = "/etc/qsync/model";
+inline constexpr const char* CHECKPOINT_MOUNT = "/var/lib/qsync/checkpoints";
+inline constexpr const char* DATA_MOUNT = "/var/lib/qsync/data";
+inline constexpr int WORKER_METRICS_PORT = 9100;
+inline constexpr const char* GPU_RESOURCE = "nvidia.com/gpu";
+
+struct ChildOptions {
+  std::string worker_image;  // --worker-image: used when the job keeps the CRD's default image
+  int master_port = 29500;   // MASTER_PORT and the rendezvous port
+};
+
+std::string service_name(const std::string& job);      // <job>-workers
+std::string plan_config_map_name(const std::string& job);  // <job>-plan
+std::string pod_name(const std::string& job, int64_t rank);  // <job>-worker-<rank>
+// rank 0's DNS name: <job>-worker-0.<job>-workers.<ns>.svc
+std::string master_address(const std::string& job, const std::string& ns);
+// The image the workers run: spec.image, or options.worker_image when spec.image is the CRD's
+// default and a worker image was given.
+std::string worker_image(const api::HybridTrainingJob& job, const ChildOptions& options);
+
+// `job_object` is the job as the API returned it (its apiVersion, kind, name and uid make the
+// owner reference); `job` its parsed form.
+nlohmann::json desired_service(const nlohmann::json& job_object, const api::HybridTrainingJob& job,
+                               const ChildOptions& options);
+nlohmann::json desired_plan_config_map(const nlohmann::json& job_object, const api::HybridTrainingJob& job,
+                                       const JobPlan& plan, int64_t attempt);
+nlohmann::json desired_pod(const nlohmann::json& job_object, const api::HybridTrainingJob& job,
+                           const DiscoveredRank& rank, int64_t world_size, int64_t attempt, const ChildOptions& options);
+// The qsync-worker command line of a rank (desired_pod's container command).
+std::vector<std::string> worker_command(const api::HybridTrainingJob& job, const DiscoveredRank& rank);
+
+}  // namespace qsync::reconciler

@@ -1,0 +1,302 @@
+// File: operator/reconciler/job_planning.cpp
+// Pool, profiles, calibration and the allocator for a HybridTrainingJob (see job_planning.h).
+#include "operator/reconciler/job_planning.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <optional>
+#include <map>
+#include <set>
+
+#include "planner/allocator.h"
+#include "planner/indicator.h"
+#include "planner/model_desc.h"
+
+namespace qsync::reconciler {
+namespace {
+
+using json = nlohmann::json;
+
+std::string cm_name(const json& cm) { return cm["metadata"].value("name", ""); }
+
+bool has_label(const json& cm, const std::string& key) {
+  const json& labels = cm["metadata"].value("labels", json::object());
+  return labels.contains(key) && labels[key].is_string() && labels[key].get<std::string>() == "true";
+}
+
+std::string cm_data(const json& cm, const std::string& key) {
+  if (!cm.contains("data") || !cm["data"].contains(key) || !cm["data"][key].is_string()) return "";
+  return cm["data"][key].get<std::string>();
+}
+
+double log_batch_distance(int64_t a, int64_t b) { return std::abs(std::log(double(a) / double(b))); }
+
+// The global batch split evenly over the ranks, as the worker does without a plan batch.
+int64_t even_local_batch(int64_t global_batch, int64_t world, int64_t rank) {
+  return std::max<int64_t>(1, global_batch / world + (rank < global_batch % world ? 1 : 0));
+}
+
+// Calibration statistics of this model, when a labelled ConfigMap holds them.
+std::optional<CalibrationStats> calibration_for(const ModelDesc& model, const std::vector<json>& config_maps,
+                                                std::vector<std::string>& notes) {
+  for (const json& cm : config_maps) {
+    if (!has_label(cm, CALIBRATION_LABEL)) continue;
+    const std::string text = cm_data(cm, CALIBRATION_KEY);
+    const std::string where = "ConfigMap " + cm_name(cm) + " key " + CALIBRATION_KEY;
+    if (text.empty()) {
+      notes.push_back(where + " is missing: calibration skipped");
+      continue;
+    }
+    try {
+      CalibrationStats stats = calibration_stats_parse(text, where);
+      if (stats.model_hash != model.hash) continue;  // another model's statistics
+      calibration_stats_check(stats, model);
+      return stats;
+    } catch (const std::exception& e) {
+      notes.push_back(std::string("calibration skipped: ") + e.what());
+    }
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+ModelDesc job_model(const api::HybridTrainingJob& job, const std::vector<json>& config_maps) {
+  const api::ModelSource& m = job.spec.model;
+  if (m.config_map) {
+    for (const json& cm : config_maps) {
+      if (cm_name(cm) != m.config_map->name) continue;
+      const std::string text = cm_data(cm, m.config_map->key);
+      const std::string where = "ConfigMap " + job.namespace_name() + "/" + m.config_map->name + " key " + m.config_map->key;
+      if (text.empty())
+        throw PlanningError("ModelMissing", where + " is missing or empty: add the model description under that key",
+                            false);
+      try {
+        return model_desc_parse(text, where);
+      } catch (const std::exception& e) {
+        throw PlanningError("InvalidModel", std::string("spec.model.configMap: ") + e.what(), true);
+      }
+    }
+    throw PlanningError("ModelMissing",
+                        "spec.model.configMap names ConfigMap " + m.config_map->name + ", which does not exist in namespace " +
+                            job.namespace_name() + ": create it (kubectl create configmap " + m.config_map->name +
+                            " --from-file=" + m.config_map->key + "=MODEL.yaml)",
+                        false);
+  }
+  const std::string name = m.zoo.empty() ? m.file : m.zoo;
+  try {
+    return model_desc_find(name);
+  } catch (const std::exception& e) {
+    throw PlanningError("InvalidModel", std::string(m.zoo.empty() ? "spec.model.file: " : "spec.model.zoo: ") + e.what(),
+                        true);
+  }
+}
+
+ConfigMapProfiles profiles_from_config_maps(const std::vector<json>& config_maps) {
+  ConfigMapProfiles out;
+  for (const json& cm : config_maps) {
+    if (!has_label(cm, PROFILE_LABEL)) continue;
+    const std::string where = "ConfigMap " + cm_name(cm) + " key " + PROFILE_KEY;
+    const std::string text = cm_data(cm, PROFILE_KEY);
+    if (text.empty()) {
+      out.problems.push_back(where + " is missing: the profile ConfigMap needs --from-file=" + PROFILE_KEY + "=FILE");
+      continue;
+    }
+    try {
+      out.profiles.push_back(device_profile_from_json(text, where));
+    } catch (const std::exception& e) {
+      out.problems.push_back(std::string("skipped: ") + e.what());
+    }
+  }
+  return out;
+}
+
+std::string profile_missing_message(const ModelDesc& model, const std::string& model_ref, const std::string& device_class,
+                                    int64_t batch, const std::string& ns) {
+  const std::string file = device_profile_file_name(model.name, device_class, batch);
+  std::string cm = "qsync-profile-" + model.name + "-" + device_class + "-b" + std::to_string(batch);
+  for (char& c : cm)
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '-')) c = '-';
+  for (char& c : cm) c = char(std::tolower(static_cast<unsigned char>(c)));
+  return "no device profile of model " + model.name + " (hash " + model_hash_string(model.hash) + ") for device class " +
+         device_class + " at batch " + std::to_string(batch) + " in namespace " + ns +
+         ". Measure it on a " + device_class + " machine and store it: " +
+         "qsync-worker profile --model " + model_ref + " --device-class " + device_class + " --batch " +
+         std::to_string(batch) + " --out " + file + " && kubectl create configmap -n " + ns + " " + cm +
+         " --from-file=" + PROFILE_KEY + "=" + file + " && kubectl label configmap -n " + ns + " " + cm + " " +
+         PROFILE_LABEL + "=true";
+}
+
+DeviceProfile select_profile(const std::vector<DeviceProfile>& measured, const ModelDesc& model, const std::string& model_ref,
+                             const std::string& device_class, int64_t batch, const std::string& ns) {
+  const DeviceProfile* best = nullptr;
+  for (const DeviceProfile& p : measured) {
+    if (p.device_class != device_class || p.model_hash != model.hash || p.batch <= 0) continue;
+    if (p.batch == batch) return p;
+    if (best == nullptr || log_batch_distance(p.batch, batch) < log_batch_distance(best->batch, batch) ||
+        (log_batch_distance(p.batch, batch) == log_batch_distance(best->batch, batch) && p.batch > best->batch))
+      best = &p;
+  }
+  if (best != nullptr) return device_profile_scaled(*best, batch);
+  if (is_estimated_gpu_class(device_class)) return device_profile_estimate(model, device_class, batch);
+  throw PlanningError("ProfileMissing", profile_missing_message(model, model_ref, device_class, batch, ns), false);
+}
+
+std::string precision_mix(const ModelDesc& model, const RankPlan& plan) {
+  std::map<std::string, int> counts;
+  std::vector<std::string> order;
+  for (const LayerDesc* l : model_gemm_layers(model)) {
+    const std::string p = layer_precision_name(plan.precision_of(l->name));
+    if (counts[p]++ == 0) order.push_back(p);
+  }
+  std::string s;
+  for (const std::string& p : order) s += (s.empty() ? "" : " ") + p + ":" + std::to_string(counts[p]);
+  return s;
+}
+
+JobPlan plan_job(const api::HybridTrainingJob& job, const PlanningInputs& inputs) {
+  JobPlan out;
+  try {
+    out.ranks = discover_pool(job.spec.pool, inputs.nodes).ranks;
+  } catch (const PoolDiscoveryError& e) {
+    throw PlanningError(e.reason(), e.what(), e.reason() == "NoMatchingNodes");
+  }
+  if (out.ranks.empty()) throw PlanningError("NoMatchingNodes", "spec.pool has no ranks: give an entry a count", true);
+  const ModelDesc model = job_model(job, inputs.config_maps);
+  // How the worker names the model: the zoo name, the file, or where the ConfigMap is mounted.
+  const api::ModelSource& source = job.spec.model;
+  const std::string model_ref = source.config_map ? "MODEL.yaml (ConfigMap " + source.config_map->name + ")"
+                                : source.zoo.empty() ? source.file
+                                                     : source.zoo;
+  const api::PlanningSpec& planning = job.spec.planning;
+  const int64_t world = int64_t(out.ranks.size());
+  if (job.spec.global_batch < world)
+    throw PlanningError("InvalidPlanning",
+                        "spec.globalBatch " + std::to_string(job.spec.global_batch) + " is smaller than the " +
+                            std::to_string(world) + " ranks of the pool: raise globalBatch to at least " +
+                            std::to_string(world),
+                        true);
+
+  AllocationRequest req;
+  req.model = model;
+  req.global_batch = job.spec.global_batch;
+  req.step_time_target = planning.step_time_target_seconds;
+  req.allow_batch_moves = planning.batch_moves;
+  try {
+    req.high = layer_precision_from_name(planning.precision);
+    req.low = layer_precision_from_name(planning.low_precision);
+  } catch (const std::exception& e) {
+    throw PlanningError("InvalidPlanning", std::string("spec.planning: ") + e.what(), true);
+  }
+
+  const ConfigMapProfiles measured = profiles_from_config_maps(inputs.config_maps);
+  out.notes = measured.problems;
+  std::vector<std::string> missing;
+  std::set<std::pair<std::string, int64_t>> missing_seen;
+  for (const DiscoveredRank& r : out.ranks) {
+    PoolRank p;
+    p.device_class = r.device_class;
+    p.node = r.node;
+    p.memory_budget_bytes = r.memory_budget_bytes;
+    const int64_t batch = even_local_batch(job.spec.global_batch, world, r.rank);
+    try {
+      p.profile = select_profile(measured.profiles, model, model_ref, r.device_class, batch, job.namespace_name());
+    } catch (const PlanningError& e) {
+      if (missing_seen.insert({r.device_class, batch}).second) missing.push_back(e.what());
+      continue;
+    }
+    if (p.memory_budget_bytes == 0) p.memory_budget_bytes = p.profile.memory_bytes;
+    req.pool.push_back(std::move(p));
+  }
+  if (!missing.empty()) {
+    std::string message;
+    for (const std::string& m : missing) message += (message.empty() ? "" : "; ") + m;
+    throw PlanningError("ProfileMissing", message, false);
+  }
+  req.comm = comm_profile_estimate(int(world));
+  std::optional<CalibrationStats> stats = calibration_for(model, inputs.config_maps, out.notes);
+  req.indicator = stats ? indicator_table(*stats, planning.indicator == "weight-error" ? IndicatorKind::WEIGHT_ERROR
+                                                                                      : IndicatorKind::BIDIRECTIONAL)
+                        : indicator_fallback_table(model);
+
+  Allocation a;
+  try {
+    a = allocate(req, planning.allocator);
+  } catch (const InfeasiblePlan& e) {
+    throw PlanningError("InfeasiblePlan", e.what(), true);
+  } catch (const std::invalid_argument& e) {
+    throw PlanningError("InvalidPlanning", std::string("spec.planning.allocator: ") + e.what(), true);
+  }
+  out.notes.insert(out.notes.end(), a.notes.begin(), a.notes.end());
+
+  out.summary.strategy = planning.allocator;
+  out.summary.predicted_step_seconds = a.predicted.step_seconds;
+  out.summary.step_time_target_seconds = a.step_time_target;
+  out.summary.config_map = job.name() + "-plan";
+  for (size_t r = 0; r < a.plans.size(); ++r) {
+    RankPlan file = a.plans[r];
+    file.model = model.name;
+    file.model_hash = model.hash;
+    file.rank = int(r);
+    file.device_class = out.ranks[r].device_class;
+    api::RankPlan summary;
+    summary.rank = int64_t(r);
+    summary.node = out.ranks[r].node;
+    summary.device_class = out.ranks[r].device_class;
+    summary.precision_mix = precision_mix(model, file);
+    summary.local_batch = file.local_batch > 0 ? file.local_batch : even_local_batch(job.spec.global_batch, world, int64_t(r));
+    summary.predicted_step_seconds = file.predicted_step_seconds > 0 ? file.predicted_step_seconds : a.predicted.step_seconds;
+    out.summary.ranks.push_back(summary);
+    out.rank_files.push_back(std::move(file));
+  }
+  return out;
+}
+
+json job_plan_to_json(const JobPlan& plan) {
+  api::HybridTrainingJobStatus status;
+  status.plan = plan.summary;
+  json out = to_json(status)["plan"];
+  json placement = json::array();
+  for (const DiscoveredRank& r : plan.ranks)
+    placement.push_back({{"rank", r.rank},
+                         {"node", r.node},
+                         {"deviceClass", r.device_class},
+                         {"poolKind", r.pool_kind},
+                         {"entry", r.entry},
+                         {"memoryBudgetBytes", r.memory_budget_bytes},
+                         {"gpus", r.gpus}});
+  out["placement"] = placement;
+  out["notes"] = plan.notes;
+  return out;
+}
+
+JobPlan job_plan_from_json(const json& plan_json) {
+  if (!plan_json.is_object() || !plan_json.contains("placement") || !plan_json["placement"].is_array())
+    throw std::invalid_argument("plan.json: expected an object with a placement list (re-plan: delete the plan ConfigMap)");
+  JobPlan out;
+  try {
+    json summary_only = plan_json;
+    summary_only.erase("placement");
+    summary_only.erase("notes");
+    const api::HybridTrainingJobStatus status = api::hybrid_training_job_status_from_json({{"plan", summary_only}});
+    if (status.plan) out.summary = *status.plan;
+    for (const json& r : plan_json["placement"]) {
+      DiscoveredRank d;
+      d.rank = r.at("rank").get<int64_t>();
+      d.node = r.at("node").get<std::string>();
+      d.device_class = r.at("deviceClass").get<std::string>();
+      d.pool_kind = r.at("poolKind").get<std::string>();
+      d.entry = r.value("entry", "");
+      d.memory_budget_bytes = r.value("memoryBudgetBytes", int64_t(0));
+      d.gpus = r.value("gpus", int64_t(0));
+      out.ranks.push_back(std::move(d));
+    }
+    if (plan_json.contains("notes")) out.notes = plan_json["notes"].get<std::vector<std::string>>();
+  } catch (const json::exception& e) {
+    throw std::invalid_argument(std::string("plan.json: ") + e.what() + " (re-plan: delete the plan ConfigMap)");
+  }
+  return out;
+}
+
+}  // namespace qsync::reconciler

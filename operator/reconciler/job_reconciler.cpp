@@ -1,0 +1,409 @@
+// File: operator/reconciler/job_reconciler.cpp
+// The HybridTrainingJob reconcile pass (see job_reconciler.h).
+#include "operator/reconciler/job_reconciler.h"
+
+#include <chrono>
+#include <cmath>
+#include <map>
+
+#include "operator/api/group_version.h"
+#include "operator/controller/owner_refs.h"
+
+namespace qsync::reconciler {
+namespace {
+
+using json = nlohmann::json;
+using controller::ReconcileResult;
+
+std::string label(const json& o, const char* key) {
+  const json& labels = o["metadata"].value("labels", json::object());
+  return labels.contains(key) && labels[key].is_string() ? labels[key].get<std::string>() : "";
+}
+std::string name_of(const json& o) { return o["metadata"].value("name", ""); }
+bool terminating(const json& o) { return o["metadata"].contains("deletionTimestamp"); }
+std::string pod_phase(const json& pod) {
+  const std::string phase = pod.contains("status") ? pod["status"].value("phase", "") : "";
+  return phase.empty() ? "Pending" : phase;
+}
+bool owned_by(const json& child, const std::string& uid) {
+  const std::optional<json> ref = controller::controller_reference_of(child);
+  return ref && ref->value("uid", "") == uid;
+}
+// The exit code of the pod's first terminated container, -1 when none says.
+int exit_code_of(const json& pod) {
+  if (!pod.contains("status") || !pod["status"].contains("containerStatuses")) return -1;
+  for (const json& c : pod["status"]["containerStatuses"]) {
+    if (c.contains("state") && c["state"].contains("terminated"))
+      return c["state"]["terminated"].value("exitCode", -1);
+  }
+  return -1;
+}
+ReconcileResult requeue_after(std::chrono::milliseconds delay) {
+  ReconcileResult r;
+  r.requeue_after = delay;
+  return r;
+}
+ReconcileResult requeue_with_backoff() {
+  ReconcileResult r;
+  r.requeue = true;
+  return r;
+}
+std::string seconds_text(double s) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.3g", s);
+  return buf;
+}
+
+}  // namespace
+
+struct JobReconciler::Pass {
+  json object;
+  api::HybridTrainingJob job;
+  api::HybridTrainingJobStatus old_status, status;
+  std::string ns, name, uid, now;
+  int64_t generation = 0;
+  std::vector<json> pods;  // owned by this job
+};
+
+JobReconciler::JobReconciler(kube::KubeClient& client, ClusterReader& reader, kube::EventRecorder* events,
+                             JobMetrics* metrics, ReconcilerOptions options)
+    : client_(client), reader_(reader), events_(events), metrics_(metrics), options_(std::move(options)) {}
+
+double JobReconciler::now() const {
+  if (options_.now_seconds) return options_.now_seconds();
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+void JobReconciler::record(Pass& p, const std::string& type, const std::string& reason, const std::string& message) {
+  if (events_ != nullptr) events_->record(p.object, type, reason, message);
+}
+
+void JobReconciler::delete_quietly(const kube::ResourceType& type, const std::string& ns, const std::string& name) {
+  try {
+    client_.remove(type, ns, name, kube::PropagationPolicy::BACKGROUND);
+  } catch (const kube::KubeError& e) {
+    if (!kube::is_not_found(e)) throw;
+  }
+}
+
+void JobReconciler::write_status(Pass& p) {
+  p.status.observed_generation = p.generation;
+  if (p.status == p.old_status) return;
+  json object = p.object;
+  object["status"] = api::to_json(p.status);
+  p.object = client_.update_status(hybrid_training_jobs_type(), object);
+  if (metrics_ != nullptr) {
+    using api::is_true;
+    // Created the first time: no Created condition yet, or only the first attempt's CreateFailed.
+    const api::Condition* was = api::find_condition(p.old_status.conditions, api::CONDITION_CREATED);
+    if (is_true(p.status.conditions, api::CONDITION_CREATED) &&
+        (was == nullptr || (was->reason == "CreateFailed" && p.status.restarts == 0)))
+      metrics_->job_created();
+    if (!is_true(p.old_status.conditions, api::CONDITION_SUCCEEDED) && is_true(p.status.conditions, api::CONDITION_SUCCEEDED))
+      metrics_->job_succeeded();
+    if (!is_true(p.old_status.conditions, api::CONDITION_FAILED) && is_true(p.status.conditions, api::CONDITION_FAILED))
+      metrics_->job_failed();
+    for (int64_t r = p.old_status.restarts; r < p.status.restarts; ++r) metrics_->job_restarted();
+  }
+  p.old_status = p.status;
+}
+
+void JobReconciler::mark_finished(Pass& p, const char* type, const std::string& reason, const std::string& message) {
+  api::set_condition(p.status.conditions, type, api::CONDITION_TRUE, reason, message, p.generation, p.now);
+  for (const char* other : {api::CONDITION_RUNNING, api::CONDITION_RESTARTING})
+    if (api::find_condition(p.status.conditions, other) != nullptr)
+      api::set_condition(p.status.conditions, other, api::CONDITION_FALSE, reason, message, p.generation, p.now);
+  p.status.phase = std::string(type) == api::CONDITION_SUCCEEDED ? api::PHASE_SUCCEEDED : api::PHASE_FAILED;
+  p.status.message = message;
+  if (p.status.completion_time.empty()) p.status.completion_time = p.now;
+  record(p, std::string(type) == api::CONDITION_SUCCEEDED ? "Normal" : "Warning", reason, message);
+}
+
+ReconcileResult JobReconciler::reconcile(const std::string& key) {
+  Pass p;
+  std::tie(p.ns, p.name) = kube::split_object_key(key);
+  const std::optional<json> object = reader_.job(p.ns, p.name);
+  if (!object || terminating(*object)) return {};  // gone or going: the garbage collector takes the children
+  p.object = *object;
+  p.uid = p.object["metadata"].value("uid", "");
+  p.generation = p.object["metadata"].value("generation", int64_t(0));
+  p.now = kube::kube_time_format(std::floor(now()));
+  try {
+    p.job = api::hybrid_training_job_from_json(p.object);
+  } catch (const std::invalid_argument& e) {
+    // An invalid spec the schema let through: fail it once, with the parser's message.
+    try {
+      if (p.object.contains("status")) p.old_status = api::hybrid_training_job_status_from_json(p.object["status"]);
+    } catch (const std::invalid_argument&) {
+      p.old_status = {};
+    }
+    p.status = p.old_status;
+    if (api::is_finished(p.status.conditions)) return {};
+    mark_finished(p, api::CONDITION_FAILED, "InvalidSpec", std::string("invalid spec: ") + e.what());
+    write_status(p);
+    return {};
+  }
+  p.old_status = p.job.status.value_or(api::HybridTrainingJobStatus{});
+  p.status = p.old_status;
+  for (json& pod : reader_.job_pods(p.ns, p.name))
+    if (owned_by(pod, p.uid)) p.pods.push_back(std::move(pod));
+
+  if (api::is_finished(p.status.conditions)) return finish(p);
+  const std::string& manager = p.job.spec.run_policy.managed_by;
+  if (!manager.empty() && manager != api::OPERATOR_MANAGER) return {};
+  if (p.job.spec.run_policy.suspend) return suspend(p);
+  if (api::is_true(p.status.conditions, api::CONDITION_SUSPENDED)) {
+    api::set_condition(p.status.conditions, api::CONDITION_SUSPENDED, api::CONDITION_FALSE, "Resumed",
+                       "resumed: the workers restart from the last checkpoint", p.generation, p.now);
+    record(p, "Normal", "Resumed", "resumed: the workers restart from the last checkpoint");
+  }
+  const std::optional<int64_t> deadline = p.job.spec.run_policy.active_deadline_seconds;
+  if (deadline && !p.status.start_time.empty() && now() - kube::kube_time_parse(p.status.start_time) >= double(*deadline)) {
+    mark_finished(p, api::CONDITION_FAILED, "DeadlineExceeded",
+                  "the job ran longer than spec.runPolicy.activeDeadlineSeconds (" + std::to_string(*deadline) + " s)");
+    write_status(p);
+    return finish(p);
+  }
+  return run_active(p);
+}
+
+ReconcileResult JobReconciler::suspend(Pass& p) {
+  int stopped = 0;
+  for (const json& pod : p.pods)
+    if (!terminating(pod)) {
+      delete_quietly(kube::pods_type(), p.ns, name_of(pod));
+      ++stopped;
+    }
+  const std::string message = "suspended (spec.runPolicy.suspend): the worker pods were stopped after checkpointing on "
+                              "SIGTERM; set suspend to false to resume from the checkpoint";
+  const bool newly = !api::is_true(p.status.conditions, api::CONDITION_SUSPENDED);
+  api::set_condition(p.status.conditions, api::CONDITION_SUSPENDED, api::CONDITION_TRUE, "Suspended", message,
+                     p.generation, p.now);
+  for (const char* other : {api::CONDITION_RUNNING, api::CONDITION_RESTARTING, api::CONDITION_CREATED})
+    if (api::find_condition(p.status.conditions, other) != nullptr)
+      api::set_condition(p.status.conditions, other, api::CONDITION_FALSE, "Suspended", message, p.generation, p.now);
+  p.status.phase = api::PHASE_SUSPENDED;
+  p.status.message = message;
+  p.status.start_time = "";  // activeDeadlineSeconds counts again from the resume, as for batch Jobs
+  p.status.replicas = {p.status.plan ? int64_t(p.status.plan->ranks.size()) : 0, 0, 0, 0};
+  if (newly) record(p, "Normal", "Suspended", message + " (" + std::to_string(stopped) + " pods stopped)");
+  write_status(p);
+  return {};
+}
+
+ReconcileResult JobReconciler::finish(Pass& p) {
+  const std::string& policy = p.job.spec.run_policy.clean_pod_policy;
+  if (policy != "None") {
+    for (const json& pod : p.pods) {
+      const std::string phase = pod_phase(pod);
+      const bool running = phase != "Succeeded" && phase != "Failed";
+      if (!terminating(pod) && (policy == "All" || running)) delete_quietly(kube::pods_type(), p.ns, name_of(pod));
+    }
+  }
+  const std::optional<int64_t> ttl = p.job.spec.run_policy.ttl_seconds_after_finished;
+  if (!ttl || p.status.completion_time.empty()) return {};
+  const double remaining = kube::kube_time_parse(p.status.completion_time) + double(*ttl) - now();
+  if (remaining <= 0) {
+    delete_quietly(hybrid_training_jobs_type(), p.ns, p.name);
+    return {};
+  }
+  return requeue_after(std::chrono::milliseconds(int64_t(std::ceil(remaining * 1000))));
+}
+
+ReconcileResult JobReconciler::run_active(Pass& p) {
+  const int64_t attempt = p.status.restarts;
+  // The plan: reused while it was made for this generation and attempt.
+  JobPlan plan;
+  bool planned = false;
+  const std::string plan_name = plan_config_map_name(p.name);
+  const std::optional<json> plan_cm = reader_.config_map(p.ns, plan_name);
+  if (plan_cm && owned_by(*plan_cm, p.uid)) {
+    const json annotations = (*plan_cm)["metadata"].value("annotations", json::object());
+    if (annotations.value(GENERATION_ANNOTATION, "") == std::to_string(p.generation) &&
+        annotations.value(ATTEMPT_ANNOTATION, "") == std::to_string(attempt) && plan_cm->contains("data") &&
+        (*plan_cm)["data"].contains("plan.json")) {
+      try {
+        plan = job_plan_from_json(json::parse((*plan_cm)["data"]["plan.json"].get<std::string>()));
+        planned = !plan.ranks.empty();
+      } catch (const std::exception&) {
+        planned = false;  // unreadable: plan again and overwrite it
+      }
+    }
+  }
+  if (!planned) {
+    const auto start = std::chrono::steady_clock::now();
+    try {
+      plan = plan_job(p.job, {.nodes = reader_.nodes(), .config_maps = reader_.config_maps(p.ns)});
+    } catch (const PlanningError& e) {
+      api::set_condition(p.status.conditions, api::CONDITION_PLANNED, api::CONDITION_FALSE, e.reason(), e.what(),
+                         p.generation, p.now);
+      if (e.terminal()) {
+        mark_finished(p, api::CONDITION_FAILED, e.reason(), e.what());
+        write_status(p);
+        return finish(p);
+      }
+      p.status.phase = api::PHASE_PENDING;
+      p.status.message = e.what();
+      record(p, "Warning", e.reason(), e.what());
+      write_status(p);
+      return requeue_after(options_.waiting_requeue);
+    }
+    if (metrics_ != nullptr)
+      metrics_->planning_finished(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    json desired = desired_plan_config_map(p.object, p.job, plan, attempt);
+    if (plan_cm) {
+      desired["metadata"]["resourceVersion"] = (*plan_cm)["metadata"].value("resourceVersion", "");
+      client_.update(kube::config_maps_type(), desired);  // a Conflict requeues the key
+    } else {
+      client_.create(kube::config_maps_type(), p.ns, desired);  // AlreadyExists: a stale cache, requeue
+    }
+    const std::string message = std::to_string(plan.ranks.size()) + " ranks planned by " + plan.summary.strategy +
+                                ", predicted " + seconds_text(plan.summary.predicted_step_seconds) + " s/step (ConfigMap " +
+                                plan_name + ")";
+    api::set_condition(p.status.conditions, api::CONDITION_PLANNED, api::CONDITION_TRUE, "PlanReady", message,
+                       p.generation, p.now);
+    p.status.plan = plan.summary;
+    record(p, "Normal", "Planned", message);
+  }
+  const int64_t world = int64_t(plan.ranks.size());
+
+  // The Service, then one Pod per rank of this attempt.
+  std::vector<std::string> errors;
+  if (!reader_.service(p.ns, service_name(p.name))) {
+    try {
+      client_.create(kube::services_type(), p.ns, desired_service(p.object, p.job, options_.children));
+    } catch (const kube::KubeError& e) {
+      if (!kube::is_already_exists(e)) errors.push_back("service " + service_name(p.name) + ": " + e.api_message());
+    }
+  }
+  std::map<int64_t, const json*> current;  // this attempt's pods by rank
+  int64_t stale = 0;                        // pods of an older attempt (or dropped ranks) not gone yet
+  for (const json& pod : p.pods) {
+    const std::string rank_text = label(pod, RANK_LABEL);
+    const int64_t rank = rank_text.empty() ? -1 : std::stoll(rank_text);
+    if (label(pod, ATTEMPT_LABEL) == std::to_string(attempt) && rank >= 0 && rank < world) {
+      current[rank] = &pod;
+    } else {
+      ++stale;
+      if (!terminating(pod)) delete_quietly(kube::pods_type(), p.ns, name_of(pod));  // an older attempt, or a rank the plan dropped
+    }
+  }
+  const bool was_created = api::is_true(p.status.conditions, api::CONDITION_CREATED);
+  int64_t created = 0, blocked = 0, vanished_rank = -1;
+  for (const DiscoveredRank& rank : plan.ranks) {
+    if (current.count(rank.rank)) continue;
+    // No rank of a new attempt starts while a pod of the old one is still terminating: its rank 0
+    // may still hold the rendezvous port, and a new rank could join the old rendezvous. Wait.
+    if (stale > 0) {
+      ++blocked;
+      continue;
+    }
+    const std::string name = pod_name(p.name, rank.rank);
+    if (was_created && !current.empty()) {
+      // Created before and missing now: confirm with the API (the cache may lag a create).
+      const std::optional<json> live = client_.get_if_exists(kube::pods_type(), p.ns, name);
+      if (live && label(*live, ATTEMPT_LABEL) == std::to_string(attempt)) continue;
+      if (!live) {
+        if (vanished_rank < 0) vanished_rank = rank.rank;
+        continue;
+      }
+    }
+    try {
+      client_.create(kube::pods_type(), p.ns, desired_pod(p.object, p.job, rank, world, attempt, options_.children));
+      ++created;
+    } catch (const kube::KubeError& e) {
+      if (kube::is_already_exists(e)) {  // an older attempt's pod still terminating, or a stale cache
+        ++blocked;
+        continue;
+      }
+      errors.push_back("pod " + name + ": " + e.api_message());
+      record(p, "Warning", "FailedCreatePod", "creating pod " + name + ": " + e.api_message());
+    }
+  }
+  if (created > 0) {
+    if (!was_created && !p.job.spec.checkpoint.volume)
+      record(p, "Warning", "CheckpointsNotPersistent",
+             "spec.checkpoint.volume is not set: checkpoints live in each pod's emptyDir and are lost when the job "
+             "restarts; set spec.checkpoint.volume.claimName to a PersistentVolumeClaim to resume from them");
+    record(p, "Normal", "SuccessfulCreatePod",
+           "created " + std::to_string(created) + " worker pods (attempt " + std::to_string(attempt) + ")");
+    if (p.status.start_time.empty()) p.status.start_time = p.now;
+  }
+  if (!errors.empty()) {
+    std::string message = "creating the job's children failed: ";
+    for (size_t i = 0; i < errors.size(); ++i) message += (i ? "; " : "") + errors[i];
+    api::set_condition(p.status.conditions, api::CONDITION_CREATED, api::CONDITION_FALSE, "CreateFailed", message,
+                       p.generation, p.now);
+    p.status.message = message;
+    if (!api::is_true(p.status.conditions, api::CONDITION_RESTARTING)) p.status.phase = api::PHASE_PENDING;
+    write_status(p);
+    return requeue_with_backoff();
+  }
+  if (blocked == 0)
+    api::set_condition(p.status.conditions, api::CONDITION_CREATED, api::CONDITION_TRUE, "PodsCreated",
+                       "service " + service_name(p.name) + " and " + std::to_string(world) + " worker pods (attempt " +
+                           std::to_string(attempt) + ")",
+                       p.generation, p.now);
+
+  // Derive the job's state from this attempt's pods (pods created in this pass are Pending).
+  int64_t running = 0, succeeded = 0, failed = 0;
+  const json* first_failed = nullptr;
+  for (const auto& [rank, pod] : current) {
+    const std::string phase = pod_phase(*pod);
+    if (phase == "Running") ++running;
+    if (phase == "Succeeded") ++succeeded;
+    if (phase == "Failed") {
+      ++failed;
+      if (first_failed == nullptr) first_failed = pod;
+    }
+  }
+  p.status.replicas = {world, world - succeeded - failed - (vanished_rank >= 0 ? 1 : 0), succeeded, failed};
+  if (world > 0 && succeeded == world) {
+    mark_finished(p, api::CONDITION_SUCCEEDED, "JobSucceeded",
+                  "all " + std::to_string(world) + " ranks finished training");
+    write_status(p);
+    return finish(p);
+  }
+  if (first_failed != nullptr || vanished_rank >= 0) {
+    const std::string what =
+        first_failed != nullptr
+            ? "rank " + label(*first_failed, RANK_LABEL) + " failed (exit code " + std::to_string(exit_code_of(*first_failed)) + ")"
+            : "rank " + std::to_string(vanished_rank) + "'s pod was deleted";
+    const int64_t limit = p.job.spec.run_policy.backoff_limit;
+    if (p.status.restarts >= limit) {
+      mark_finished(p, api::CONDITION_FAILED, "BackoffLimitExceeded",
+                    what + " and the job has restarted " + std::to_string(p.status.restarts) +
+                        " times (spec.runPolicy.backoffLimit " + std::to_string(limit) + ")");
+      write_status(p);
+      return finish(p);
+    }
+    for (const json& pod : p.pods)
+      if (!terminating(pod)) delete_quietly(kube::pods_type(), p.ns, name_of(pod));
+    p.status.restarts += 1;
+    const std::string message = "Restarting: " + what + "; restart " + std::to_string(p.status.restarts) + " of " +
+                                std::to_string(limit) + " from the last checkpoint";
+    api::set_exclusive_running(p.status.conditions, api::CONDITION_RESTARTING, "WorkerFailed", message, p.generation, p.now);
+    api::set_condition(p.status.conditions, api::CONDITION_CREATED, api::CONDITION_FALSE, "Restarting",
+                       "recreating the worker pods for attempt " + std::to_string(p.status.restarts), p.generation, p.now);
+    p.status.phase = api::PHASE_RESTARTING;
+    p.status.message = message;
+    p.status.replicas = {world, 0, 0, 0};
+    record(p, "Warning", "Restarting", message);
+    write_status(p);
+    return requeue_after(std::chrono::milliseconds(200));
+  }
+  if (running == world) {
+    api::set_exclusive_running(p.status.conditions, api::CONDITION_RUNNING, "AllRanksRunning",
+                               "all " + std::to_string(world) + " ranks are running", p.generation, p.now);
+    p.status.phase = api::PHASE_RUNNING;
+    p.status.message = "";
+  } else {
+    p.status.phase = api::is_true(p.status.conditions, api::CONDITION_RESTARTING) ? api::PHASE_RESTARTING
+                     : api::is_true(p.status.conditions, api::CONDITION_RUNNING) ? api::PHASE_RUNNING
+                                                                                 : api::PHASE_PENDING;
+  }
+  write_status(p);
+  return requeue_after(options_.active_requeue);
+}
+
+}  // namespace qsync::reconciler

@@ -1,0 +1,186 @@
+// File: operator/reconciler/pool_discovery.cpp
+// Ranks onto nodes and device classes for a HybridTrainingJob (see pool_discovery.h).
+#include "operator/reconciler/pool_discovery.h"
+
+#include <algorithm>
+#include <cctype>
+#include <map>
+#include <set>
+
+#include "kernels/device_class.h"
+#include "planner/device_profile.h"
+#include "planner/job_spec.h"
+
+namespace qsync::reconciler {
+namespace {
+
+using json = nlohmann::json;
+
+std::string lower(std::string s) {
+  for (char& c : s) c = char(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+std::string label_of(const json& node, const std::string& key) {
+  const json& labels = node["metadata"].value("labels", json::object());
+  auto it = labels.find(key);
+  return it != labels.end() && it->is_string() ? it->get<std::string>() : "";
+}
+
+std::string node_name(const json& node) { return node["metadata"].value("name", ""); }
+
+bool selector_matches(const std::map<std::string, std::string>& selector, const json& node) {
+  const json& labels = node["metadata"].value("labels", json::object());
+  for (const auto& [key, value] : selector) {
+    auto it = labels.find(key);
+    if (it == labels.end() || !it->is_string() || it->get<std::string>() != value) return false;
+  }
+  return true;
+}
+
+std::string selector_text(const std::map<std::string, std::string>& selector) {
+  if (selector.empty()) return "{} (every node)";
+  std::string s = "{";
+  for (const auto& [key, value] : selector) s += (s.size() > 1 ? ", " : "") + key + ": " + value;
+  return s + "}";
+}
+
+std::string joined(const std::vector<std::string>& items) {
+  std::string s;
+  for (const std::string& i : items) s += (s.empty() ? "" : ", ") + i;
+  return s;
+}
+
+// The rank's class: the entry's, the node's class label, or its GPU product label.
+std::string class_for(const api::PoolEntry& entry, const json& node, const std::string& entry_path) {
+  if (!entry.device_class.empty()) {
+    if (!is_known_device_class(entry.device_class))
+      throw PoolDiscoveryError("UnknownDeviceClass", entry_path + ".deviceClass '" + entry.device_class +
+                                                         "' is not a known device class; known: " +
+                                                         joined(known_device_classes()));
+    return entry.device_class;
+  }
+  const std::string labelled = label_of(node, DEVICE_CLASS_LABEL);
+  if (!labelled.empty()) {
+    if (!is_known_device_class(labelled))
+      throw PoolDiscoveryError("UnknownDeviceClass", "node " + node_name(node) + " has label " + DEVICE_CLASS_LABEL + "=" +
+                                                         labelled + ", which is not a known device class; known: " +
+                                                         joined(known_device_classes()) + ". Relabel the node or set " +
+                                                         entry_path + ".deviceClass");
+    return labelled;
+  }
+  const std::string product = label_of(node, GPU_PRODUCT_LABEL);
+  const std::string mapped = device_class_from_gpu_product(product);
+  if (!mapped.empty()) return mapped;
+  throw PoolDiscoveryError(
+      "UnknownDeviceClass",
+      "unknown device class on node " + node_name(node) + ": " +
+          (product.empty() ? std::string("it has neither ") + DEVICE_CLASS_LABEL + " nor " + GPU_PRODUCT_LABEL + " labels"
+                           : std::string(GPU_PRODUCT_LABEL) + "=" + product + " names no known GPU") +
+          ". Label it (kubectl label node " + node_name(node) + " " + DEVICE_CLASS_LABEL + "=CLASS) or set " + entry_path +
+          ".deviceClass; known classes: " + joined(known_device_classes()));
+}
+
+}  // namespace
+
+std::string device_class_from_gpu_product(const std::string& product) {
+  // More specific names first; a match must not run on into another digit ("A10" is not "A100").
+  static const std::vector<std::pair<std::string, std::string>> PRODUCTS = {
+      {"h200", "gpu-h200"}, {"h100", "gpu-h100"}, {"a100", "gpu-a100"}, {"v100", "gpu-v100"},
+      {"a10", "gpu-a10"},   {"l4", "gpu-l4"},     {"t4", "gpu-t4"}};
+  const std::string p = lower(product);
+  for (const auto& [needle, cls] : PRODUCTS) {
+    for (size_t at = p.find(needle); at != std::string::npos; at = p.find(needle, at + 1)) {
+      const bool starts = at == 0 || !std::isalnum(static_cast<unsigned char>(p[at - 1]));
+      const size_t end = at + needle.size();
+      const bool ends = end == p.size() || !std::isdigit(static_cast<unsigned char>(p[end]));
+      if (starts && ends) return cls;
+    }
+  }
+  return "";
+}
+
+std::vector<std::string> known_device_classes() {
+  std::vector<std::string> out = estimated_gpu_classes();
+  for (const DeviceClass& c : device_classes())
+    if (c.name.rfind("cpu-", 0) == 0) out.push_back(c.name);
+  return out;
+}
+
+bool is_known_device_class(const std::string& device_class) {
+  const std::vector<std::string> known = known_device_classes();
+  return std::find(known.begin(), known.end(), device_class) != known.end();
+}
+
+bool is_gpu_device_class(const std::string& device_class) { return device_class.rfind("gpu-", 0) == 0; }
+
+bool node_is_schedulable(const json& node) {
+  if (node.contains("spec") && node["spec"].value("unschedulable", false)) return false;
+  if (!node.contains("status") || !node["status"].contains("conditions")) return true;
+  for (const json& c : node["status"]["conditions"])
+    if (c.value("type", "") == "Ready") return c.value("status", "") == "True";
+  return true;
+}
+
+DiscoveredPool discover_pool(const api::PoolSpec& pool, const std::vector<json>& nodes) {
+  std::vector<const json*> sorted;
+  for (const json& n : nodes) sorted.push_back(&n);
+  std::sort(sorted.begin(), sorted.end(), [](const json* a, const json* b) { return node_name(*a) < node_name(*b); });
+
+  DiscoveredPool out;
+  std::set<std::string> used;  // nodes earlier entries placed ranks on
+  auto place = [&](const std::vector<api::PoolEntry>& entries, const char* kind) {
+    for (size_t e = 0; e < entries.size(); ++e) {
+      const api::PoolEntry& entry = entries[e];
+      const std::string path = std::string("spec.pool.") + kind + "[" + std::to_string(e) + "] (" + entry.name + ")";
+      std::vector<const json*> fresh, shared;
+      size_t unschedulable = 0;
+      for (const json* n : sorted) {
+        if (!selector_matches(entry.node_selector, *n)) continue;
+        if (!node_is_schedulable(*n)) {
+          ++unschedulable;
+          continue;
+        }
+        (used.count(node_name(*n)) ? shared : fresh).push_back(n);
+      }
+      std::vector<const json*> matching = fresh;
+      matching.insert(matching.end(), shared.begin(), shared.end());
+      if (matching.empty())
+        throw PoolDiscoveryError("NoMatchingNodes",
+                                 "no node matches " + path + ": nodeSelector " + selector_text(entry.node_selector) +
+                                     (unschedulable ? " (" + std::to_string(unschedulable) +
+                                                          " matching nodes are cordoned or not Ready)"
+                                                    : std::string("")) +
+                                     ". Label the nodes (kubectl label node NODE KEY=VALUE) or fix the selector");
+      for (int64_t i = 0; i < entry.count; ++i) {
+        const json& node = *matching[size_t(i) % matching.size()];
+        DiscoveredRank r;
+        r.rank = int64_t(out.ranks.size());
+        r.node = node_name(node);
+        r.device_class = class_for(entry, node, path);
+        r.pool_kind = kind;
+        r.entry = entry.name;
+        r.gpus = entry.gpus_per_rank.value_or(is_gpu_device_class(r.device_class) ? 1 : 0);
+        r.memory_budget_bytes = entry.memory_budget_bytes;
+        if (r.memory_budget_bytes == 0 && !is_gpu_device_class(r.device_class) && node.contains("status")) {
+          const json& alloc = node["status"].value("allocatable", json::object());
+          if (alloc.contains("memory") && alloc["memory"].is_string()) {
+            try {
+              r.memory_budget_bytes =
+                  parse_memory_quantity(alloc["memory"].get<std::string>(), "node " + r.node + " allocatable memory");
+            } catch (const std::invalid_argument&) {
+              r.memory_budget_bytes = 0;  // an odd quantity: plan without a memory limit
+            }
+          }
+        }
+        used.insert(r.node);
+        out.ranks.push_back(std::move(r));
+      }
+    }
+  };
+  place(pool.training, POOL_KIND_TRAINING);
+  place(pool.inference, POOL_KIND_INFERENCE);
+  return out;
+}
+
+}  // namespace qsync::reconciler

@@ -1,0 +1,306 @@
+// File: tests/e2e/operator_e2e_test.cpp
+// The operator end to end, for real: qsync-kube-test-server with its local kubelet (worker Pods
+// run as qsync-worker processes), `kubectl apply -f crds/`, Nodes for a training and an
+// inference pool, CPU device profiles measured with `qsync-worker profile` and stored as
+// labelled ConfigMaps (the commands a ProfileMissing status prints), qsync-operator as a
+// process, and examples/k8s/fmnist-cpu.yaml (the zoo MLP on Fashion-MNIST over two ranks of
+// different device classes) planned, trained and Succeeded; `kubectl get htj` shows the printer
+// columns. Failure paths: a worker killed mid-run (whole-job restart from the last checkpoint),
+// the operator restarted mid-run (same pods, job continues), and invalid specs (refused by the
+// schema at apply, or Failed naming the selector no node matches). Each test prints the
+// server's recent requests and the operator's log when it fails. Skipped without kubectl.
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <chrono>
+#include <fstream>
+#include <memory>
+#include <set>
+#include <sstream>
+#include <string>
+#include <thread>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "kernels/device_class.h"
+#include "tests/e2e/kube_cluster.h"
+#include "tests/e2e/process.h"
+
+namespace qsync::test {
+namespace {
+
+using nlohmann::json;
+using namespace std::chrono_literals;
+
+const std::string kSource = QSYNC_SOURCE_DIR;
+const std::string kJobFile = kSource + "/examples/k8s/fmnist-cpu.yaml";
+const std::string kNodesFile = kSource + "/examples/k8s/local-nodes.yaml";
+constexpr int kLocalBatch = 32;  // globalBatch 64 over two ranks: the batch the planner asks profiles for
+
+// The device classes the example nodes are labelled with, as this machine runs them.
+std::string class_here(const std::string& name) { return device_class_fallback(device_class_by_name(name)).name; }
+
+std::string replaced(std::string text, const std::string& from, const std::string& to) {
+  for (size_t at = text.find(from); at != std::string::npos; at = text.find(from, at + to.size()))
+    text.replace(at, from.size(), to);
+  return text;
+}
+
+class OperatorE2eTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const std::string kubectl = find_kubectl();
+    if (kubectl.empty()) GTEST_SKIP() << "kubectl is not installed (scripts/install-deps.sh installs it)";
+    dir_ = std::make_unique<TempDir>();
+    cluster_ = std::make_unique<LocalKubeCluster>(
+        *dir_, KubeClusterOptions{QSYNC_KUBE_TEST_SERVER_BIN, QSYNC_OPERATOR_BIN, QSYNC_BIN_DIR, kubectl});
+    KubectlResult crds = cluster_->kubectl({"apply", "-f", kSource + "/crds/"});
+    ASSERT_EQ(crds.code, 0) << crds.err;
+    master_port_ = free_tcp_port();
+  }
+
+  void TearDown() override {
+    if (cluster_ && HasFailure()) {
+      std::string pods;
+      for (const char* job : {"fmnist-cpu", "fmnist-killed", "fmnist-handover"})
+        for (int rank = 0; rank < 2; ++rank) {
+          const std::string name = std::string(job) + "-worker-" + std::to_string(rank);
+          const std::string log = cluster_->pod_log("default", name);
+          if (!log.empty()) pods += "--- pod " + name + "\n" + log.substr(log.size() > 3000 ? log.size() - 3000 : 0);
+        }
+      std::cerr << cluster_->failure_report() << "\n=== worker pod logs (tails)\n" << pods;
+    }
+    cluster_.reset();
+  }
+
+  void expect_ok(const std::vector<std::string>& args) {
+    KubectlResult r = cluster_->kubectl(args);
+    EXPECT_EQ(r.code, 0) << "kubectl " << args[0] << " failed: " << r.err;
+  }
+
+  // Nodes train-0 and infer-0, labelled with this machine's classes, and their device profiles.
+  void create_nodes_and_profiles() {
+    expect_ok({"apply", "-f", kNodesFile});
+    const std::string train = class_here("cpu-avx512"), infer = class_here("cpu-avx2");
+    expect_ok({"label", "node", "train-0", "qsync.dev/pool=training", "qsync.dev/device-class=" + train, "--overwrite"});
+    expect_ok({"label", "node", "infer-0", "qsync.dev/pool=inference", "qsync.dev/device-class=" + infer, "--overwrite"});
+    for (const std::string& c : std::set<std::string>{train, infer}) {
+      const std::string file = measured_profile(c);
+      ASSERT_FALSE(file.empty());
+      const std::string cm = "qsync-profile-mlp-" + c + "-b" + std::to_string(kLocalBatch);
+      expect_ok({"create", "configmap", "-n", "default", cm, "--from-file=profile.json=" + file});
+      expect_ok({"label", "configmap", "-n", "default", cm, "qsync.dev/device-profile=true"});
+    }
+  }
+
+  // `qsync-worker profile` of the MLP on class `c`, measured once per build of qsync-worker (a
+  // cache beside the test dirs: every test of this file runs in its own process).
+  std::string measured_profile(const std::string& c) {
+    namespace fs = std::filesystem;
+    const std::string worker = std::string(QSYNC_BIN_DIR) + "/qsync-worker";
+    const fs::path cache = fs::temp_directory_path() / "qsync_e2e_profiles";
+    const fs::path file = cache / ("mlp-" + c + "-b" + std::to_string(kLocalBatch) + ".json");
+    std::error_code ec;
+    if (fs::exists(file) && fs::last_write_time(file, ec) > fs::last_write_time(worker, ec)) return file.string();
+    fs::create_directories(cache);
+    const std::string partial = file.string() + "." + std::to_string(::getpid());
+    SpawnOptions profile;
+    profile.args = {worker, "profile", "--model", "mlp", "--device-class", c, "--batch", std::to_string(kLocalBatch),
+                    "--out", partial};
+    profile.stderr_path = dir_->file("profile-" + c + ".err");
+    Process p(profile);
+    std::optional<int> code = p.wait_for(60s);
+    EXPECT_EQ(code, std::optional<int>(0)) << p.err();
+    if (code != std::optional<int>(0)) return "";
+    fs::rename(partial, file);
+    return file.string();
+  }
+
+  // Applies the example job renamed to `name`, with text edits; returns kubectl's result.
+  KubectlResult apply_job(const std::string& name, const std::vector<std::pair<std::string, std::string>>& edits = {}) {
+    std::string text = replaced(read_text(kJobFile), "fmnist-cpu", name);
+    for (const auto& [from, to] : edits) text = replaced(text, from, to);
+    return cluster_->kubectl({"apply", "-f", dir_->write(name + ".yaml", text)});
+  }
+
+  std::string phase(const std::string& job) { return cluster_->jsonpath({"htj", job}, "{.status.phase}"); }
+
+  std::string wait_phase(const std::string& job, const std::string& want, std::chrono::seconds timeout) {
+    std::string now;
+    poll_until(
+        [&] {
+          now = phase(job);
+          if (now == want) return true;
+          std::this_thread::sleep_for(300ms);
+          return false;
+        },
+        timeout);
+    return now;
+  }
+
+  json job_object(const std::string& job) {
+    KubectlResult r = cluster_->kubectl({"get", "htj", job, "-o", "json"});
+    EXPECT_EQ(r.code, 0) << r.err;
+    return r.code == 0 ? json::parse(r.out) : json::object();
+  }
+
+  json pod_object(const std::string& name) {
+    KubectlResult r = cluster_->kubectl({"get", "pod", name, "-o", "json"});
+    return r.code == 0 ? json::parse(r.out) : json();
+  }
+
+  // The highest step a pod's worker logged (its --log-json lines in the kubelet's log).
+  int64_t logged_step(const std::string& pod) {
+    return last_logged_step(dir_->write("steps-" + pod + ".jsonl", cluster_->pod_log("default", pod)));
+  }
+
+  static std::string condition_status(const json& job, const std::string& type) {
+    for (const json& c : job["status"].value("conditions", json::array()))
+      if (c.value("type", "") == type) return c.value("status", "");
+    return "";
+  }
+
+  std::unique_ptr<TempDir> dir_;
+  std::unique_ptr<LocalKubeCluster> cluster_;
+  int master_port_ = 0;
+};
+
+TEST_F(OperatorE2eTest, JobPlansTrainsAndSucceeds) {
+  create_nodes_and_profiles();
+  cluster_->start_operator(master_port_);
+  KubectlResult applied = cluster_->kubectl({"apply", "-f", kJobFile});
+  ASSERT_EQ(applied.code, 0) << applied.err;
+  EXPECT_NE(applied.out.find("hybridtrainingjob.qsync.dev/fmnist-cpu created"), std::string::npos) << applied.out;
+  ASSERT_EQ(wait_phase("fmnist-cpu", "Succeeded", 60s), "Succeeded");
+
+  KubectlResult table = cluster_->kubectl({"get", "htj"});
+  ASSERT_EQ(table.code, 0) << table.err;
+  for (const char* column : {"NAME", "PHASE", "RANKS", "PREDICTED STEP", "AGE"})
+    EXPECT_NE(table.out.find(column), std::string::npos) << "no " << column << " column in\n" << table.out;
+  std::istringstream rows(table.out);
+  std::string header, row, name, job_phase, ranks;
+  std::getline(rows, header);
+  std::getline(rows, row);
+  std::istringstream(row) >> name >> job_phase >> ranks;
+  EXPECT_EQ(name, "fmnist-cpu");
+  EXPECT_EQ(job_phase, "Succeeded");
+  EXPECT_EQ(ranks, "2");
+
+  const json job = job_object("fmnist-cpu");
+  const json& plan = job["status"]["plan"];
+  ASSERT_EQ(plan["ranks"].size(), 2u) << job["status"].dump(2);
+  EXPECT_GT(plan.value("predictedStepSeconds", 0.0), 0.0);
+  EXPECT_EQ(plan["ranks"][0]["node"], "train-0");
+  EXPECT_EQ(plan["ranks"][0]["deviceClass"], class_here("cpu-avx512"));
+  EXPECT_EQ(plan["ranks"][1]["node"], "infer-0");
+  EXPECT_EQ(plan["ranks"][1]["deviceClass"], class_here("cpu-avx2"));
+  int64_t batch = 0;
+  for (const json& r : plan["ranks"]) {
+    EXPECT_GT(r.value("predictedStepSeconds", 0.0), 0.0);
+    batch += r.value("localBatch", int64_t(0));
+  }
+  EXPECT_EQ(batch, 64);
+  EXPECT_EQ(condition_status(job, "Planned"), "True");
+  EXPECT_EQ(condition_status(job, "Succeeded"), "True");
+  EXPECT_EQ(condition_status(job, "Running"), "False");
+  EXPECT_EQ(job["status"].value("restarts", -1), 0);
+  EXPECT_EQ(logged_step("fmnist-cpu-worker-0"), 40);
+  EXPECT_EQ(logged_step("fmnist-cpu-worker-1"), 40);
+
+  KubectlResult described = cluster_->kubectl({"describe", "htj", "fmnist-cpu"});
+  EXPECT_EQ(described.code, 0) << described.err;
+  for (const char* part : {"Conditions", "Succeeded", "Events", "SuccessfulCreatePod"})
+    EXPECT_NE(described.out.find(part), std::string::npos) << "no " << part << " in\n" << described.out;
+
+  // cleanPodPolicy All: the finished job keeps its status, its pods go.
+  EXPECT_TRUE(poll_until([&] { return cluster_->jsonpath({"pods", "-l", "qsync.dev/job=fmnist-cpu"}, "{.items[*].metadata.name}").empty(); },
+                         20s));
+}
+
+TEST_F(OperatorE2eTest, KilledWorkerRestartsTheJobFromItsLastCheckpoint) {
+  create_nodes_and_profiles();
+  cluster_->start_operator(master_port_);
+  ASSERT_EQ(apply_job("fmnist-killed", {{"steps: 40", "steps: 30"}}).code, 0);
+  // Rank 1's process (the kubelet's containerID), found while the workers start up.
+  int pid = 0;
+  ASSERT_TRUE(poll_until(
+      [&] {
+        const json pod = pod_object("fmnist-killed-worker-1");
+        const std::string id =
+            pod.is_object() ? pod.value(json::json_pointer("/status/containerStatuses/0/containerID"), std::string()) : "";
+        if (id.rfind("local://", 0) == 0) pid = std::stoi(id.substr(8));
+        if (pid == 0) std::this_thread::sleep_for(200ms);
+        return pid > 0;
+      },
+      60s))
+      << "rank 1's pod did not start; phase " << phase("fmnist-killed");
+  // Killed right after the first checkpoint (step 10 of 30; rank 0 writes it to the claim's
+  // directory), well before the end.
+  const std::string checkpoint =
+      cluster_->kubelet_root() + "/claims/default/fmnist-killed-checkpoints/fmnist-killed/latest.qckpt";
+  ASSERT_TRUE(poll_until([&] { return std::filesystem::exists(checkpoint); }, 60s))
+      << "no checkpoint at " << checkpoint << "; phase " << phase("fmnist-killed");
+  ASSERT_EQ(::kill(pid, SIGKILL), 0);  // the worker dies: exit 137
+
+  ASSERT_EQ(wait_phase("fmnist-killed", "Succeeded", 80s), "Succeeded");
+  const json job = job_object("fmnist-killed");
+  EXPECT_EQ(job["status"].value("restarts", -1), 1);
+  EXPECT_EQ(condition_status(job, "Succeeded"), "True");
+  for (const char* rank : {"fmnist-killed-worker-0", "fmnist-killed-worker-1"}) {
+    const std::string log = cluster_->pod_log("default", rank);
+    const size_t at = log.find("resumed from ");
+    ASSERT_NE(at, std::string::npos) << rank << " did not resume from a checkpoint:\n" << log.substr(log.size() > 3000 ? log.size() - 3000 : 0);
+    const size_t step_at = log.find("at step ", at);
+    ASSERT_NE(step_at, std::string::npos);
+    EXPECT_GT(std::stoll(log.substr(step_at + 8)), 0) << log.substr(at, 200);
+  }
+  EXPECT_EQ(logged_step("fmnist-killed-worker-0"), 30);
+}
+
+TEST_F(OperatorE2eTest, RestartedOperatorAdoptsTheRunningPods) {
+  create_nodes_and_profiles();
+  cluster_->start_operator(master_port_);
+  ASSERT_EQ(apply_job("fmnist-handover", {{"steps: 40", "steps: 60"}, {"cleanPodPolicy: All", "cleanPodPolicy: None"}}).code, 0);
+  // Step 1 is logged (then every 50): the operator goes while the job trains.
+  ASSERT_TRUE(poll_until([&] { return logged_step("fmnist-handover-worker-1") >= 1; }, 60s))
+      << "rank 1 did not start training; phase " << phase("fmnist-handover");
+  const std::string uids_before =
+      cluster_->jsonpath({"pods", "-l", "qsync.dev/job=fmnist-handover"}, "{.items[*].metadata.uid}");
+  EXPECT_EQ(cluster_->stop_operator(), std::optional<int>(0)) << "qsync-operator should exit cleanly on SIGTERM";
+  cluster_->start_operator(master_port_);
+  ASSERT_EQ(wait_phase("fmnist-handover", "Succeeded", 80s), "Succeeded");
+  const std::string uids_after =
+      cluster_->jsonpath({"pods", "-l", "qsync.dev/job=fmnist-handover"}, "{.items[*].metadata.uid}");
+  EXPECT_EQ(std::count(uids_before.begin(), uids_before.end(), ' '), 1) << uids_before;
+  EXPECT_EQ(uids_after, uids_before) << "the restarted operator replaced or duplicated the pods";
+  const json job = job_object("fmnist-handover");
+  EXPECT_EQ(job["status"].value("restarts", -1), 0);
+  EXPECT_EQ(logged_step("fmnist-handover-worker-0"), 60);
+}
+
+TEST_F(OperatorE2eTest, InvalidSpecsAreRefusedOrFailWithWhatToFix) {
+  KubectlResult negative = apply_job("bad-batch", {{"globalBatch: 64", "globalBatch: -64"}});
+  EXPECT_NE(negative.code, 0);
+  EXPECT_NE(negative.err.find("spec.globalBatch"), std::string::npos) << negative.err;
+  KubectlResult allocator = apply_job("bad-allocator", {{"allocator: exact", "allocator: fastest"}});
+  EXPECT_NE(allocator.code, 0);
+  EXPECT_NE(allocator.err.find("spec.planning.allocator"), std::string::npos) << allocator.err;
+  EXPECT_EQ(cluster_->jsonpath({"htj"}, "{.items[*].metadata.name}"), "") << "a refused job was stored";
+
+  expect_ok({"apply", "-f", kNodesFile});
+  cluster_->start_operator(master_port_);
+  ASSERT_EQ(apply_job("no-nodes", {{"{qsync.dev/pool: inference}", "{qsync.dev/pool: gpu-a100}"}}).code, 0);
+  ASSERT_EQ(wait_phase("no-nodes", "Failed", 30s), "Failed");
+  const json job = job_object("no-nodes");
+  const std::string message = job["status"].value("message", "");
+  EXPECT_NE(message.find("nodeSelector {qsync.dev/pool: gpu-a100}"), std::string::npos) << message;
+  EXPECT_NE(message.find("kubectl label node"), std::string::npos) << message;
+  EXPECT_EQ(condition_status(job, "Failed"), "True");
+  EXPECT_EQ(cluster_->jsonpath({"pods"}, "{.items[*].metadata.name}"), "");
+}
+
+}  // namespace
+}  // namespace qsync::test

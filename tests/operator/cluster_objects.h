@@ -1,0 +1,27 @@
+// File: tests/operator/cluster_objects.h
+// Kubernetes objects the operator's tests put into the API test server: a Ready Node with the
+// labels the job's pools select on, and a HybridTrainingJob with one training and one inference
+// pool. Tests add what they need on top (spec.merge_patch, more labels, allocatable resources).
+#pragma once
+
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace qsync::operator_test {
+
+// A v1 Node named `name` with `labels`, status.conditions Ready=True, and `allocatable` as its
+// status.allocatable unless empty (then the node has none).
+nlohmann::json ready_node(const std::string& name, const nlohmann::json& labels,
+                          const nlohmann::json& allocatable = nlohmann::json::object());
+
+// A HybridTrainingJob spec for the zoo model `zoo`: 20 steps, global batch 64, the greedy
+// allocator, one training group ("train", 1 node with qsync.dev/pool=`training_pool`) and one
+// inference group ("infer", 1 node with qsync.dev/pool=`inference_pool`).
+nlohmann::json two_pool_job_spec(const std::string& zoo, const std::string& training_pool,
+                                 const std::string& inference_pool);
+
+// A qsync.dev/v1alpha1 HybridTrainingJob named `name` in namespace "default" with `spec`.
+nlohmann::json hybrid_training_job(const std::string& name, const nlohmann::json& spec);
+
+}  // namespace qsync::operator_test
