@@ -13,12 +13,9 @@ within one run of this script.
 import argparse
 import json
 import os
-import subprocess
-import sys
 import tempfile
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-QSYNC = os.path.join(ROOT, "build", "bin", "qsync")
+from qsync_run import ROOT, run_job
 
 
 def job_yaml(name, model, steps, batch, workers):
@@ -43,16 +40,7 @@ def job_yaml(name, model, steps, batch, workers):
 
 
 def run(name, model, steps, batch, workers, tmp):
-    path = os.path.join(tmp, name + ".yaml")
-    with open(path, "w") as f:
-        f.write(job_yaml(name, model, steps, batch, workers))
-    summary = os.path.join(tmp, name + ".json")
-    proc = subprocess.run([QSYNC, "run", path, "--work-dir", os.path.join(tmp, name), "--summary-json", summary,
-                           "--quiet"], capture_output=True, text=True)
-    if proc.returncode != 0:
-        sys.exit(f"{name} failed:\n{proc.stdout}\n{proc.stderr}")
-    with open(summary) as f:
-        return json.load(f)
+    return run_job(name, job_yaml(name, model, steps, batch, workers), tmp)
 
 
 def main():

@@ -16,12 +16,9 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
-import sys
 import tempfile
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-QSYNC = os.path.join(ROOT, "build", "bin", "qsync")
+from qsync_run import ROOT, run_job
 
 # Steps per model: enough for a stable median (the first steps warm up caches and the allocator).
 STEPS = {"mlp": 120, "cnn": 40, "vit": 60, "char-gpt": 40}
@@ -62,17 +59,9 @@ def job_yaml(name, model, steps, batch, allocator, low):
 
 def run(name, model, plan, tmp, profiles):
     allocator, low = PLANS[plan]
-    path = os.path.join(tmp, name + ".yaml")
-    with open(path, "w") as f:
-        f.write(job_yaml(name, model, STEPS[model], BATCH[model], allocator, low))
-    summary = os.path.join(tmp, name + ".json")
-    work = os.path.join(tmp, "work-" + model)  # one work dir per model: calibration is shared
-    proc = subprocess.run([QSYNC, "run", path, "--work-dir", work, "--profiles", profiles, "--summary-json", summary,
-                           "--quiet"], capture_output=True, text=True)
-    if proc.returncode != 0:
-        sys.exit(f"{name} failed:\n{proc.stdout}\n{proc.stderr}")
-    with open(summary) as f:
-        return json.load(f)
+    # One work dir per model: the calibration statistics are shared.
+    return run_job(name, job_yaml(name, model, STEPS[model], BATCH[model], allocator, low), tmp,
+                   work_dir=os.path.join(tmp, "work-" + model), extra_args=("--profiles", profiles))
 
 
 def main():

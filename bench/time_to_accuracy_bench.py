@@ -28,7 +28,8 @@ import subprocess
 import sys
 import tempfile
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from qsync_run import ROOT, run_job
+
 BIN = os.path.join(ROOT, "build", "bin")
 TEXT = "/usr/share/common-licenses/GPL-3"
 MODELS = {  # steps, global batch, eval every, learning rate
@@ -87,14 +88,7 @@ def plan_signature(tmp, model, strategy, profiles, work):
 
 def train(tmp, model, seed, strategy, profiles, work):
     name = f"{model}-{strategy}-s{seed}"
-    job = write_job(tmp, name, model, seed, strategy)
-    summary = os.path.join(tmp, name + ".json")
-    proc = subprocess.run([os.path.join(BIN, "qsync"), "run", job, "--work-dir", work, "--profiles", profiles,
-                           "--summary-json", summary, "--quiet"], capture_output=True, text=True)
-    if proc.returncode != 0:
-        sys.exit(f"{name} failed:\n{proc.stdout}\n{proc.stderr}")
-    with open(summary) as f:
-        s = json.load(f)
+    s = run_job(name, job_yaml(name, model, seed, strategy), tmp, work_dir=work, extra_args=("--profiles", profiles))
     lm = model == "char-gpt"
     curve = [(e["train_seconds"], math.exp(e["loss"]) if lm else e["accuracy"] * 100) for e in s["evals"]]
     return {"curve": curve, "final": curve[-1][1], "train_seconds": curve[-1][0],
