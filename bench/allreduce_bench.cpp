@@ -4,9 +4,12 @@
 // repeated calls. Bus bandwidth = bytes * 2(N-1)/N / time, the ring's per-link traffic.
 // --comm-profile FILE writes the planner's communication profile (planner/device_profile.h):
 // seconds = alpha + beta * bytes fitted by least squares (fit_linear_cost) over the medians.
+// --link SPEC (worker/dist/link_model.h, e.g. 50us,10GB/s) also times every size through a second
+// Gloo instance wrapped in the slow-link emulation, so the table shows the emulated link beside
+// loopback (and the model's own figure); the comm profile is then fitted to the emulated column.
 //
 //   build/bin/qsync-bench-allreduce [--ranks 2] [--reps 20] [--max-mib 64] [--json FILE]
-//                                   [--comm-profile FILE]
+//                                   [--comm-profile FILE] [--link 50us,10GB/s]
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -16,6 +19,7 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -23,6 +27,7 @@
 
 #include "planner/device_profile.h"
 #include "worker/dist/collectives.h"
+#include "worker/dist/link_model.h"
 
 namespace {
 
@@ -38,8 +43,26 @@ int free_port() {
   return ntohs(a.sin_port);
 }
 
-// One rank: every size, `reps` timed all-reduces after a warm-up; rank 0 writes the rows.
-int run_rank(int rank, int ranks, int port, int reps, int64_t max_bytes, const std::string& out_path) {
+// Median seconds of `reps` all-reduces of `data` (after one warm-up), each started after a barrier.
+double median_all_reduce_seconds(qsync::Collectives& coll, std::vector<float>& data, int reps) {
+  coll.all_reduce_sum(data.data(), int64_t(data.size()));
+  std::vector<double> t;
+  for (int r = 0; r < reps; ++r) {
+    coll.barrier();
+    const auto t0 = std::chrono::steady_clock::now();
+    coll.all_reduce_sum(data.data(), int64_t(data.size()));
+    t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+double bus_gbps(int64_t bytes, int ranks, double seconds) { return double(bytes) * 2.0 * (ranks - 1) / ranks / seconds * 1e-9; }
+
+// One rank: every size, `reps` timed all-reduces after a warm-up, over loopback and (with an
+// enabled link) through the emulated link; rank 0 writes the rows.
+int run_rank(int rank, int ranks, int port, int reps, int64_t max_bytes, const qsync::LinkModel& link,
+             const std::string& out_path) {
   qsync::RendezvousConfig rc;
   rc.master_addr = "127.0.0.1";
   rc.master_port = port;
@@ -48,21 +71,21 @@ int run_rank(int rank, int ranks, int port, int reps, int64_t max_bytes, const s
   rc.timeout = std::chrono::milliseconds(30000);
   qsync::Rendezvous rv(rc);
   auto coll = qsync::collectives_gloo(rv, rc.timeout);
+  std::unique_ptr<qsync::Collectives> linked;
+  if (link.enabled()) linked = qsync::collectives_with_link(qsync::collectives_gloo(rv, rc.timeout), link);
   nlohmann::json rows = nlohmann::json::array();
   for (int64_t bytes = 4; bytes <= max_bytes; bytes *= 4) {
     std::vector<float> data(size_t(bytes / 4), 1.0f);
-    coll->all_reduce_sum(data.data(), int64_t(data.size()));
-    std::vector<double> t;
-    for (int r = 0; r < reps; ++r) {
-      coll->barrier();
-      const auto t0 = std::chrono::steady_clock::now();
-      coll->all_reduce_sum(data.data(), int64_t(data.size()));
-      t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    const double med = median_all_reduce_seconds(*coll, data, reps);
+    nlohmann::json row = {{"bytes", bytes}, {"median_seconds", med}, {"algbw_gbps", double(bytes) / med * 1e-9},
+                          {"busbw_gbps", bus_gbps(bytes, ranks, med)}};
+    if (linked) {
+      const double with_link = median_all_reduce_seconds(*linked, data, reps);
+      row["link_median_seconds"] = with_link;
+      row["link_busbw_gbps"] = bus_gbps(bytes, ranks, with_link);
+      row["link_model_seconds"] = qsync::link_all_reduce_seconds(link, bytes, ranks);
     }
-    std::sort(t.begin(), t.end());
-    const double med = t[t.size() / 2];
-    rows.push_back({{"bytes", bytes}, {"median_seconds", med}, {"algbw_gbps", double(bytes) / med * 1e-9},
-                    {"busbw_gbps", double(bytes) * 2.0 * (ranks - 1) / ranks / med * 1e-9}});
+    rows.push_back(row);
   }
   if (rank == 0) std::ofstream(out_path) << rows.dump();
   return 0;
@@ -74,6 +97,7 @@ int main(int argc, char** argv) {
   int ranks = 2, reps = 20;
   int64_t max_mib = 64;
   std::string json_path, comm_path;
+  qsync::LinkModel link;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (i + 1 >= argc && a != "--help") {
@@ -85,8 +109,16 @@ int main(int argc, char** argv) {
     else if (a == "--max-mib") max_mib = std::stoll(argv[++i]);
     else if (a == "--json") json_path = argv[++i];
     else if (a == "--comm-profile") comm_path = argv[++i];
-    else {
-      std::printf("usage: qsync-bench-allreduce [--ranks N] [--reps N] [--max-mib M] [--json FILE] [--comm-profile FILE]\n");
+    else if (a == "--link") {
+      try {
+        link = qsync::link_model_parse(argv[++i]);
+      } catch (const std::invalid_argument& e) {
+        std::fprintf(stderr, "qsync-bench-allreduce: %s\n", e.what());
+        return 2;
+      }
+    } else {
+      std::printf("usage: qsync-bench-allreduce [--ranks N] [--reps N] [--max-mib M] [--json FILE] [--comm-profile FILE]\n"
+                  "                             [--link LATENCY,BANDWIDTH (e.g. 50us,10GB/s)]\n");
       return a == "--help" ? 0 : 2;
     }
   }
@@ -99,7 +131,7 @@ int main(int argc, char** argv) {
     const pid_t pid = fork();
     if (pid == 0) {
       try {
-        _exit(run_rank(r, ranks, port, reps, max_mib << 20, tmp));
+        _exit(run_rank(r, ranks, port, reps, max_mib << 20, link, tmp));
       } catch (const std::exception& e) {
         std::fprintf(stderr, "rank %d: %s\n", r, e.what());
         _exit(1);
@@ -121,25 +153,41 @@ int main(int argc, char** argv) {
   const nlohmann::json rows = nlohmann::json::parse(in);
   unlink(tmp);
   std::printf("Gloo all-reduce (sum, fp32), %d ranks over loopback TCP, median of %d\n", ranks, reps);
-  std::printf("%12s %12s %12s %12s\n", "bytes", "time us", "algbw GB/s", "busbw GB/s");
-  for (const auto& r : rows)
-    std::printf("%12lld %12.1f %12.3f %12.3f\n", (long long)r["bytes"].get<int64_t>(),
+  if (link.enabled()) {
+    std::printf("link: emulated %s (model: 2(N-1) latency + 2(N-1)/N bytes / bandwidth) beside loopback\n",
+                link.describe().c_str());
+    std::printf("%12s %12s %12s %12s %12s %12s %12s\n", "bytes", "time us", "algbw GB/s", "busbw GB/s", "link us",
+                "model us", "link busbw");
+  } else {
+    std::printf("%12s %12s %12s %12s\n", "bytes", "time us", "algbw GB/s", "busbw GB/s");
+  }
+  for (const auto& r : rows) {
+    std::printf("%12lld %12.1f %12.3f %12.3f", (long long)r["bytes"].get<int64_t>(),
                 r["median_seconds"].get<double>() * 1e6, r["algbw_gbps"].get<double>(), r["busbw_gbps"].get<double>());
-  if (!json_path.empty()) std::ofstream(json_path) << nlohmann::json{{"ranks", ranks}, {"rows", rows}}.dump(2) << "\n";
+    if (link.enabled()) {
+      std::printf(" %12.1f %12.1f %12.3f", r["link_median_seconds"].get<double>() * 1e6,
+                  r["link_model_seconds"].get<double>() * 1e6, r["link_busbw_gbps"].get<double>());
+    }
+    std::printf("\n");
+  }
+  if (!json_path.empty()) {
+    std::ofstream(json_path) << nlohmann::json{{"ranks", ranks}, {"link", link.describe()}, {"rows", rows}}.dump(2)
+                             << "\n";
+  }
   if (!comm_path.empty()) {
     std::vector<int64_t> bytes;
     std::vector<double> seconds;
     for (const auto& r : rows) {
       bytes.push_back(r["bytes"].get<int64_t>());
-      seconds.push_back(r["median_seconds"].get<double>());
+      seconds.push_back(r[link.enabled() ? "link_median_seconds" : "median_seconds"].get<double>());
     }
     const qsync::LinearCost fit = qsync::fit_linear_cost(bytes, seconds);
     qsync::CommProfile c;
     c.world_size = ranks;
     c.alpha = fit.b;
     c.beta = fit.a;
-    c.source = "measured: Gloo all-reduce (sum, fp32) of " + std::to_string(ranks) +
-               " ranks over loopback TCP, median of " + std::to_string(reps) + " per size, 4 B to " +
+    c.source = "measured: Gloo all-reduce (sum, fp32) of " + std::to_string(ranks) + " ranks over loopback TCP" +
+               (link.enabled() ? " through the emulated link " + link.describe() : std::string()) + ", median of " + std::to_string(reps) + " per size, 4 B to " +
                std::to_string(max_mib) + " MiB, least-squares fit";
     qsync::comm_profile_write(comm_path, c);
     std::printf("comm profile: alpha %.1f us, beta %.3f ns/byte (%.2f GB/s) -> %s\n", c.alpha * 1e6, c.beta * 1e9,

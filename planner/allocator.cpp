@@ -162,7 +162,11 @@ Allocation allocate(const AllocationRequest& req, const std::string& strategy) {
   JobModel job = job_model(req, resolve_local_batches(req));
   for (const RankModel& rank : job.ranks) check_memory_feasible(rank);
   const std::vector<size_t> training = training_ranks(job);
-  const double target = req.step_time_target > 0 ? req.step_time_target : default_target(job, training);
+  // The solvers bound a step without its stats all-reduce (planner/replay_timeline.h), which
+  // every plan pays alike; the target and the replayed prediction include it.
+  const double stats = step_stats_seconds(req.comm, req.pool.size());
+  const double target =
+      req.step_time_target > 0 ? std::max(0.0, req.step_time_target - stats) : default_target(job, training);
   std::vector<std::string> notes;
   std::vector<Choice> choices;
   if (strategy == "exact") {
@@ -177,7 +181,7 @@ Allocation allocate(const AllocationRequest& req, const std::string& strategy) {
     job = job_model(req, dynamic_batches(job));
     for (const RankModel& rank : job.ranks) choices.push_back(choice_at(rank, req.high, true));
   }
-  return finish_allocation(job, strategy, choices, target, training, std::move(notes));
+  return finish_allocation(job, strategy, choices, target + stats, training, std::move(notes));
 }
 
 }  // namespace qsync

@@ -155,6 +155,9 @@ JobSpec job_spec_parse(const std::string& text, const std::string& source) {
     j.weight_decay = get<double>(o, "weightDecay", 0.0, source, "spec.optimizer");
     j.warmup_steps = get<int64_t>(o, "warmupSteps", 0, source, "spec.optimizer");
     j.grad_clip = get<double>(o, "gradClip", 0.0, source, "spec.optimizer");
+    j.lr_schedule = get<std::string>(o, "schedule", j.lr_schedule, source, "spec.optimizer");
+    if (j.lr_schedule != "constant" && j.lr_schedule != "cosine")
+      fail(source, "spec.optimizer.schedule '" + j.lr_schedule + "' is not one of constant, cosine");
     if (j.lr <= 0) fail(source, "spec.optimizer.lr must be positive");
   }
   j.steps = get<int64_t>(spec, "steps", 0, source, "spec");

@@ -10,7 +10,7 @@
 //   spec:
 //     model: {zoo: cnn}                       # or {file: path/to/model.yaml}
 //     data: {path: /usr/share/datasets/fashion-mnist}
-//     optimizer: {name: adamw, lr: 0.002, weightDecay: 0, warmupSteps: 0, gradClip: 0}
+//     optimizer: {name: adamw, lr: 0.002, weightDecay: 0, warmupSteps: 0, gradClip: 0, schedule: cosine}
 //     steps: 400                              # or epochs: 1.5
 //     globalBatch: 128
 //     seed: 1
@@ -48,6 +48,7 @@ struct JobSpec {
   std::string optimizer = "adamw";
   double lr = 1e-3, weight_decay = 0, grad_clip = 0;
   int64_t warmup_steps = 0;
+  std::string lr_schedule = "cosine";  // constant | cosine (after warm-up)
   int64_t steps = 0;
   double epochs = 0;
   int64_t global_batch = 128;

@@ -6,7 +6,8 @@
 //     bucket_bytes of FP32 gradients);
 //   - one rank's timeline from its per-leaf forward/backward seconds (backward end, the time each
 //     bucket's gradients are all ready);
-//   - the all-reduce chain on the communication stream.
+//   - the all-reduce chain on the communication stream;
+//   - the small all-reduce that ends every multi-rank step.
 // Profiles are scaled to a rank's local batch by device_profile_scaled (planner/device_profile.h).
 #pragma once
 
@@ -47,5 +48,11 @@ RankTimeline rank_timeline(const std::vector<double>& forward, const std::vector
 // there are no buckets.
 double allreduce_chain_end(const std::vector<double>& ready, const std::vector<GradientBucket>& buckets,
                            const CommProfile& comm);
+
+// After the optimizer, every step of a multi-rank job ends with one small all-reduce: the global
+// loss, accuracy and stop flag, 4 doubles (worker/trainer.cpp). It starts when the slowest rank
+// arrives, so every rank's step ends together. Its time: comm.seconds(32 B); 0 for one rank.
+inline constexpr int64_t STEP_STATS_ALLREDUCE_BYTES = 4 * 8;
+double step_stats_seconds(const CommProfile& comm, size_t ranks);
 
 }  // namespace qsync

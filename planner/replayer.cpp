@@ -13,8 +13,10 @@
 // Gradients: a leaf's parameters are ready when its backward ends; buckets (replay_timeline.h)
 // are all-reduced on a communication stream: bucket k starts at max(every rank's ready time of k,
 // end of bucket k-1) and lasts comm.seconds(bytes) (one rank: no all-reduce, as the worker).
-// The optimizer runs after the last all-reduce completes:
-//   step end(rank)  = max(backward end(rank), last all-reduce end) + optimizer(rank)
+// The optimizer runs after the last all-reduce completes, then the step's small stats all-reduce
+// (step_stats_seconds) starts when the slowest rank arrives:
+//   end(rank)       = max(backward end(rank), last all-reduce end) + optimizer(rank)
+//   step end        = max over ranks of end(rank) + stats all-reduce    (one rank: its end)
 //   wait(rank)      = max(0, last all-reduce end - backward end(rank))
 //   compute(rank)   = forward + backward + optimizer
 // Memory, at its peak at the end of the forward pass: static bytes + saved activations of every
@@ -122,6 +124,10 @@ double allreduce_chain_end(const std::vector<double>& ready, const std::vector<G
   return end;
 }
 
+double step_stats_seconds(const CommProfile& comm, size_t ranks) {
+  return ranks > 1 ? comm.seconds(STEP_STATS_ALLREDUCE_BYTES) : 0.0;
+}
+
 StepPrediction replay_step(const ModelDesc& model, const std::vector<ReplayRank>& ranks, const CommProfile& comm,
                            int64_t bucket_bytes) {
   if (ranks.empty()) throw std::invalid_argument("replay_step needs at least one rank");
@@ -147,6 +153,7 @@ StepPrediction replay_step(const ModelDesc& model, const std::vector<ReplayRank>
   const double sync_end = allreduce_chain_end(ready, buckets, comm);
 
   StepPrediction out;
+  double slowest_end = 0;
   for (size_t r = 0; r < ranks.size(); ++r) {
     RankPrediction p;
     p.backward_end_seconds = lines[r].backward_end;
@@ -154,9 +161,13 @@ StepPrediction replay_step(const ModelDesc& model, const std::vector<ReplayRank>
     p.wait_seconds = std::max(0.0, sync_end - lines[r].backward_end);
     p.step_seconds = std::max(lines[r].backward_end, sync_end) + costs[r].optimizer;
     p.peak_memory_bytes = costs[r].memory;
-    out.step_seconds = std::max(out.step_seconds, p.step_seconds);
+    slowest_end = std::max(slowest_end, p.step_seconds);
     out.ranks.push_back(p);
   }
+  // Every rank leaves the step's stats all-reduce together.
+  out.step_seconds = slowest_end + step_stats_seconds(comm, ranks.size());
+  if (ranks.size() > 1)
+    for (RankPrediction& p : out.ranks) p.step_seconds = out.step_seconds;
   out.allreduce_end_seconds = sync_end;
   return out;
 }

@@ -87,6 +87,7 @@ std::vector<std::string> worker_args(const RunOptions& o, const JobSpec& j, cons
   else add("--epochs", std::to_string(j.epochs));
   if (j.weight_decay > 0) add("--weight-decay", std::to_string(j.weight_decay));
   if (j.warmup_steps > 0) add("--warmup", std::to_string(j.warmup_steps));
+  add("--lr-schedule", j.lr_schedule);
   if (j.grad_clip > 0) add("--grad-clip", std::to_string(j.grad_clip));
   if (j.eval_limit > 0) add("--eval-limit", std::to_string(j.eval_limit));
   if (j.eval_every > 0) add("--eval-every", std::to_string(j.eval_every));

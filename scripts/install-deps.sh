@@ -8,6 +8,7 @@ packages=(
   libdnnl-dev libopenblas-dev nlohmann-json3-dev libgtest-dev zlib1g-dev
   libyaml-cpp-dev libgloo-dev prometheus-cpp-dev libcpprest-dev
   dataset-fashion-mnist prometheus
+  fortunes  # English text corpus for the char-GPT: quotation files under /usr/share/games/fortunes/
 )
 # kubectl drives the Kubernetes API test server's conformance test; Debian ships it as kubernetes-client.
 command -v kubectl >/dev/null 2>&1 || packages+=(kubernetes-client)

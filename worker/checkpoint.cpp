@@ -11,46 +11,12 @@
 #include <vector>
 
 #include "planner/atomic_file.h"
+#include "worker/byte_record.h"
 
 namespace qsync {
 namespace {
 
 constexpr char MAGIC[8] = {'Q', 'S', 'Y', 'N', 'C', 'C', 'K', 'P'};
-
-uint64_t fnv1a(const char* p, size_t n) {
-  uint64_t h = 1469598103934665603ull;
-  for (size_t i = 0; i < n; ++i) h = (h ^ uint8_t(p[i])) * 1099511628211ull;
-  return h;
-}
-
-struct Writer {
-  std::string out;
-  template <class T> void put(const T& v) { out.append(reinterpret_cast<const char*>(&v), sizeof v); }
-  void put_bytes(const void* p, size_t n) { out.append(static_cast<const char*>(p), n); }
-};
-
-struct Reader {
-  const std::string& in;
-  const std::string& path;
-  size_t pos = 0;
-  void need(size_t n) {
-    if (pos + n > in.size())
-      throw std::runtime_error("checkpoint " + path + " is truncated (needs " + std::to_string(pos + n) +
-                               " bytes, has " + std::to_string(in.size()) + "); delete it or restore a complete copy");
-  }
-  template <class T> T get() {
-    need(sizeof(T));
-    T v;
-    std::memcpy(&v, in.data() + pos, sizeof v);
-    pos += sizeof v;
-    return v;
-  }
-  void get_bytes(void* dst, size_t n) {
-    need(n);
-    std::memcpy(dst, in.data() + pos, n);
-    pos += n;
-  }
-};
 
 // Parameters then optimizer state, with names: "<param>" and "<param>#state<i>".
 std::vector<std::pair<std::string, Tensor*>> named_tensors(const Model& model, Optimizer& opt) {
@@ -68,7 +34,7 @@ std::vector<std::pair<std::string, Tensor*>> named_tensors(const Model& model, O
 std::string checkpoint_path(const std::string& dir) { return dir + "/latest.qckpt"; }
 
 void checkpoint_save(const std::string& path, const Model& model, Optimizer& opt, const CheckpointMeta& meta) {
-  Writer w;
+  ByteWriter w;
   w.put_bytes(MAGIC, sizeof MAGIC);
   w.put(CHECKPOINT_VERSION);
   w.put(model.desc().hash);
@@ -86,7 +52,7 @@ void checkpoint_save(const std::string& path, const Model& model, Optimizer& opt
     w.put(t->numel());
     w.put_bytes(t->data(), size_t(t->bytes()));
   }
-  w.put(fnv1a(w.out.data(), w.out.size()));
+  w.put(fnv1a_64(w.out.data(), w.out.size()));
   atomic_file_write(path, w.out);
 }
 
@@ -95,7 +61,7 @@ void checkpoint_save(const std::string& path, const Model& model, Optimizer& opt
 // every check has passed.
 CheckpointMeta checkpoint_load(const std::string& path, Model& model, Optimizer& opt) {
   const std::string bytes = file_read_all(path);
-  Reader r{bytes, path};
+  ByteReader r(bytes, "checkpoint " + path, "delete it or restore a complete copy");
   char magic[8];
   r.get_bytes(magic, sizeof magic);
   if (std::memcmp(magic, MAGIC, sizeof magic) != 0)
@@ -136,7 +102,7 @@ CheckpointMeta checkpoint_load(const std::string& path, Model& model, Optimizer&
   r.need(sizeof(uint64_t));
   uint64_t stored_sum = 0;
   std::memcpy(&stored_sum, bytes.data() + r.pos, sizeof stored_sum);
-  if (r.pos + sizeof(uint64_t) != bytes.size() || fnv1a(bytes.data(), r.pos) != stored_sum)
+  if (r.pos + sizeof(uint64_t) != bytes.size() || fnv1a_64(bytes.data(), r.pos) != stored_sum)
     throw std::runtime_error("checkpoint " + path + " is corrupt (checksum mismatch); delete it or restore a good copy");
   if (meta.model_hash != model.desc().hash)
     throw std::runtime_error("checkpoint " + path + " belongs to another model (hash " + model_hash_string(meta.model_hash) +

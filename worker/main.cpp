@@ -3,7 +3,8 @@
 //
 //   qsync-worker train --model FILE|NAME --data DIR|FILE [--plan FILE | --precision P]
 //                      [--steps N | --epochs E] [--batch B] [--lr X] [--optimizer adamw|sgd]
-//                      [--weight-decay X] [--warmup N] [--grad-clip X] [--seed S]
+//                      [--weight-decay X] [--warmup N] [--lr-schedule cosine|constant]
+//                      [--grad-clip X] [--seed S]
 //                      [--eval-every K] [--eval-limit N] [--checkpoint-dir D] [--checkpoint-every K]
 //                      [--resume] [--summary-json FILE] [--device-class C] [--threads N]
 //                      [--memory-budget MiB] [--log-every N] [--quiet] [--op-times]
@@ -13,6 +14,9 @@
 //   qsync-worker calibrate --model FILE|NAME [--data DIR] [--steps N] [--batch B] --out FILE
 //   qsync-worker profile --model FILE|NAME --device-class C --batch B --out FILE [--threads N]
 //                        [--data DIR] [--steps S]
+//   qsync-worker infer --model FILE|NAME --checkpoint FILE|DIR [...]   (worker/tp/infer.h)
+//   qsync-worker spd-plan --model FILE|NAME --checkpoint C --tp N --data TEXT --out PLAN [...]
+//                        (worker/tp/spd_plan_command.h)
 #include <cstdio>
 #include <cstring>
 #include <functional>
@@ -24,6 +28,8 @@
 #include "worker/profiler.h"
 #include "planner/cli_args.h"
 #include "worker/trainer.h"
+#include "worker/tp/infer.h"
+#include "worker/tp/spd_plan_command.h"
 
 namespace qsync {
 namespace {
@@ -31,12 +37,15 @@ namespace {
 const char* USAGE =
     "usage: qsync-worker train --model FILE|NAME [--data DIR|FILE] [--plan FILE | --precision P]\n"
     "         [--steps N | --epochs E] [--batch B] [--lr X] [--optimizer adamw|sgd] [--weight-decay X]\n"
-    "         [--warmup N] [--grad-clip X] [--seed S] [--eval-every K] [--eval-limit N]\n"
+    "         [--warmup N] [--lr-schedule cosine|constant] [--grad-clip X] [--seed S]\n"
+    "         [--eval-every K] [--eval-limit N]\n"
     "         [--checkpoint-dir D] [--checkpoint-every K] [--resume] [--summary-json FILE]\n"
     "         [--device-class cpu-amx|cpu-avx512|cpu-avx2] [--threads N] [--memory-budget MiB]\n"
     "         [--log-every N] [--quiet] [--op-times] [--log-json] [--metrics-port N (0: a free port)]\n"
     "         [--job-name S] [--rank R] [--world-size N] [--master-addr A] [--master-port P]\n"
     "         [--bucket-mib X] [--weight-hash-every N] [--collective-timeout SECONDS]\n"
+    "         [--link LATENCY,BANDWIDTH (emulated slow link per collective, e.g. 50us,10GB/s; none)]\n"
+    "         [--termination-log FILE (at exit: one JSON line with steps, checkpointStep, error)]\n"
     "  Data-parallel ranks also read MASTER_ADDR, MASTER_PORT, RANK and WORLD_SIZE (flags win).\n";
 
 
@@ -60,6 +69,7 @@ TrainConfig parse_train(int argc, char** argv) {
       {"--optimizer", [&](const std::string& v) { c.optimizer.kind = optimizer_kind_from_name(v); }},
       {"--weight-decay", [&](const std::string& v) { c.optimizer.weight_decay = parse_double_flag("--weight-decay", v); }},
       {"--warmup", [&](const std::string& v) { c.optimizer.warmup_steps = parse_int_flag("--warmup", v); }},
+      {"--lr-schedule", [&](const std::string& v) { c.optimizer.schedule = lr_schedule_from_name(v); }},
       {"--grad-clip", [&](const std::string& v) { c.optimizer.grad_clip = parse_double_flag("--grad-clip", v); }},
       {"--seed", [&](const std::string& v) { c.seed = uint64_t(parse_int_flag("--seed", v)); }},
       {"--eval-every", [&](const std::string& v) { c.eval_every = parse_int_flag("--eval-every", v); }},
@@ -67,6 +77,7 @@ TrainConfig parse_train(int argc, char** argv) {
       {"--checkpoint-dir", [&](const std::string& v) { c.checkpoint_dir = v; }},
       {"--checkpoint-every", [&](const std::string& v) { c.checkpoint_every = parse_int_flag("--checkpoint-every", v); }},
       {"--summary-json", [&](const std::string& v) { c.summary_json = v; }},
+      {"--termination-log", [&](const std::string& v) { c.termination_log = v; }},
       {"--device-class", [&](const std::string& v) { c.device_class = v; }},
       {"--threads", [&](const std::string& v) { c.threads = int(parse_int_flag("--threads", v)); }},
       {"--memory-budget", [&](const std::string& v) { c.memory_budget = parse_int_flag("--memory-budget", v) << 20; }},
@@ -78,6 +89,7 @@ TrainConfig parse_train(int argc, char** argv) {
       {"--bucket-mib", [&](const std::string& v) { c.bucket_bytes = int64_t(parse_double_flag("--bucket-mib", v) * (1 << 20)); }},
       {"--weight-hash-every", [&](const std::string& v) { c.weight_hash_every = parse_int_flag("--weight-hash-every", v); }},
       {"--collective-timeout", [&](const std::string& v) { c.collective_timeout_seconds = parse_double_flag("--collective-timeout", v); }},
+      {"--link", [&](const std::string& v) { c.link = link_model_parse(v); }},
       {"--metrics-port", [&](const std::string& v) { c.metrics_port = int(parse_int_flag("--metrics-port", v)); }},
       {"--job-name", [&](const std::string& v) { c.job_name = v; }},
   };
@@ -108,6 +120,8 @@ int worker_main(int argc, char** argv) {
     std::fputs(USAGE, argc < 2 ? stderr : stdout);
     std::fputs(CALIBRATE_USAGE, argc < 2 ? stderr : stdout);
     std::fputs(PROFILE_USAGE, argc < 2 ? stderr : stdout);
+    std::fputs(INFER_USAGE, argc < 2 ? stderr : stdout);
+    std::fputs(SPD_PLAN_USAGE, argc < 2 ? stderr : stdout);
     return argc < 2 ? 2 : 0;
   }
   const std::string cmd = argv[1];
@@ -123,8 +137,16 @@ int worker_main(int argc, char** argv) {
     profile_run(profile_parse_args(argc - 2, argv + 2));
     return 0;
   }
-  throw std::invalid_argument("unknown command '" + cmd + "' (commands: train, calibrate, profile)\n" + USAGE +
-                              CALIBRATE_USAGE + PROFILE_USAGE);
+  if (cmd == "infer") {
+    infer_run(infer_parse_args(argc - 2, argv + 2));
+    return 0;
+  }
+  if (cmd == "spd-plan") {
+    spd_plan_run(spd_plan_parse_args(argc - 2, argv + 2));
+    return 0;
+  }
+  throw std::invalid_argument("unknown command '" + cmd + "' (commands: train, calibrate, profile, infer, spd-plan)\n" +
+                              USAGE + CALIBRATE_USAGE + PROFILE_USAGE + INFER_USAGE + SPD_PLAN_USAGE);
 }
 
 }  // namespace

@@ -14,6 +14,13 @@ OptimizerKind optimizer_kind_from_name(const std::string& name) {
 }
 const char* optimizer_kind_name(OptimizerKind k) { return k == OptimizerKind::SGD ? "sgd" : "adamw"; }
 
+LrSchedule lr_schedule_from_name(const std::string& name) {
+  if (name == "constant") return LrSchedule::CONSTANT;
+  if (name == "cosine") return LrSchedule::COSINE;
+  throw std::invalid_argument("unknown learning-rate schedule '" + name + "'; known: constant, cosine");
+}
+const char* lr_schedule_name(LrSchedule s) { return s == LrSchedule::CONSTANT ? "constant" : "cosine"; }
+
 Optimizer::Optimizer(const OptimizerConfig& config, const std::vector<Parameter*>& params, MemoryAccount* memory)
     : config_(config), params_(params) {
   if (config.lr <= 0) throw std::invalid_argument("learning rate must be positive, got " + std::to_string(config.lr));
@@ -27,7 +34,7 @@ Optimizer::Optimizer(const OptimizerConfig& config, const std::vector<Parameter*
 double Optimizer::lr_at(int64_t step) const {
   const double lr = config_.lr;
   if (step < config_.warmup_steps) return lr * double(step + 1) / double(config_.warmup_steps);
-  if (config_.total_steps <= config_.warmup_steps) return lr;
+  if (config_.schedule == LrSchedule::CONSTANT || config_.total_steps <= config_.warmup_steps) return lr;
   const double progress =
       std::min(1.0, double(step - config_.warmup_steps) / double(config_.total_steps - config_.warmup_steps));
   const double floor = lr * config_.min_lr_ratio;

@@ -15,6 +15,11 @@ enum class OptimizerKind : uint8_t { SGD, ADAMW };
 OptimizerKind optimizer_kind_from_name(const std::string& name);  // "sgd" | "adamw"
 const char* optimizer_kind_name(OptimizerKind k);
 
+// The learning rate after warm-up: constant, or cosine decay to lr * min_lr_ratio at total_steps.
+enum class LrSchedule : uint8_t { CONSTANT, COSINE };
+LrSchedule lr_schedule_from_name(const std::string& name);  // "constant" | "cosine"
+const char* lr_schedule_name(LrSchedule s);
+
 struct OptimizerConfig {
   OptimizerKind kind = OptimizerKind::ADAMW;
   double lr = 1e-3;
@@ -26,6 +31,7 @@ struct OptimizerConfig {
   int64_t warmup_steps = 0;
   int64_t total_steps = 0;             // cosine decay length; 0: constant after warmup
   double min_lr_ratio = 0.1;           // cosine floor, as a fraction of lr
+  LrSchedule schedule = LrSchedule::COSINE;
 };
 
 class Optimizer {
@@ -33,7 +39,8 @@ class Optimizer {
   Optimizer(const OptimizerConfig& config, const std::vector<Parameter*>& params, MemoryAccount* memory);
   const OptimizerConfig& config() const { return config_; }
 
-  // The learning rate at `step` (0-based): linear warmup to lr, then cosine to lr * min_lr_ratio.
+  // The learning rate at `step` (0-based): linear warmup to lr, then constant (CONSTANT) or cosine
+  // to lr * min_lr_ratio (COSINE).
   double lr_at(int64_t step) const;
   // Clips (if configured) and applies one update with lr_at(step); returns the pre-clip global
   // gradient norm when clipping is on (0 otherwise: the norm is not computed). Gradients are

@@ -7,27 +7,30 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
-#include <csignal>
+#include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 
+#include <nlohmann/json.hpp>
+
 #include "kernels/device_class.h"
+#include "planner/atomic_file.h"
 #include "worker/checkpoint.h"
 #include "worker/dist/collectives.h"
+#include "worker/dist/link_model.h"
 #include "worker/loss.h"
 #include "worker/model.h"
 #include "worker/precision_ops.h"
 #include "worker/op_time_table.h"
 #include "worker/telemetry.h"
 #include "worker/progress.h"
+#include "worker/stop_signal_watcher.h"
 #include "worker/train_data.h"
 #include "worker/train_events.h"
 
 namespace qsync {
 namespace {
-
-std::atomic<bool> stop_signal{false};
-extern "C" void on_stop_signal(int) { stop_signal.store(true); }
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -55,16 +58,8 @@ RankPlan load_plan(const TrainConfig& c, const ModelDesc& m) {
 }
 
 RendezvousConfig rendezvous_for(const TrainConfig& c) {
-  RendezvousConfig r = rendezvous_config_from_env();
-  if (c.rank >= 0) r.rank = c.rank;
-  if (c.world_size >= 0) r.world_size = c.world_size;
-  if (c.master_port >= 0) r.master_port = c.master_port;
-  if (!c.master_addr.empty()) r.master_addr = c.master_addr;
-  r.timeout = std::chrono::milliseconds(int64_t(c.collective_timeout_seconds * 1000));
-  if (r.world_size < 1 || r.rank < 0 || r.rank >= r.world_size)
-    throw std::invalid_argument("rank " + std::to_string(r.rank) + " is outside a world of " +
-                                std::to_string(r.world_size) + ": set RANK in [0, WORLD_SIZE)");
-  return r;
+  return rendezvous_config_with_overrides(c.rank, c.world_size, c.master_addr, c.master_port,
+                                          c.collective_timeout_seconds);
 }
 
 // Every rank's local batch: the plan's, or the global batch split evenly (remainder to low ranks).
@@ -91,13 +86,14 @@ void check_settings_agree(const TrainConfig& c, const ModelDesc& m, int64_t tota
   mix(uint64_t(c.weight_hash_every));
   mix(uint64_t(c.optimizer.kind));
   mix(std::hash<double>{}(c.optimizer.lr));
+  mix(uint64_t(c.optimizer.schedule));
   mix(uint64_t(c.bucket_bytes));
   std::vector<uint64_t> all(static_cast<size_t>(coll.world_size()));
   coll.all_gather(&h, all.data(), 1);
   for (size_t r = 1; r < all.size(); ++r)
     if (all[r] != all[0])
       throw std::invalid_argument("rank " + std::to_string(r) + " runs other settings than rank 0 (model, steps, batch, "
-                                  "seed, optimizer, lr, bucket size or --weight-hash-every differ): start every rank "
+                                  "seed, optimizer, lr, schedule, bucket size or --weight-hash-every differ): start every rank "
                                   "with the same job flags");
 }
 
@@ -140,10 +136,11 @@ EvalResult evaluate(Model& model, const TrainingData& data, StepContext ctx) {
   return r;
 }
 
-}  // namespace
-
-TrainSummary train_run(const TrainConfig& c) {
+// The training run behind train_run; `report` follows it (steps done, last checkpoint) so that
+// train_run can write the termination log even when this throws.
+TrainSummary train_run_reporting(const TrainConfig& c, TerminationReport& report) {
   const auto wall0 = std::chrono::steady_clock::now();
+  StopSignalWatcher stop;  // before any thread starts: they all inherit the blocked SIGINT/SIGTERM
   const ModelDesc desc = model_desc_find(c.model);
   const DeviceClass& device = c.device_class.empty() ? device_class_fallback(device_class_by_name("cpu-amx"))
                                                      : device_class_by_name(c.device_class);
@@ -161,6 +158,7 @@ TrainSummary train_run(const TrainConfig& c) {
   } else {
     coll = collectives_local();
   }
+  coll = collectives_with_link(std::move(coll), c.link);  // unchanged when no --link is given
   const int rank = coll->rank(), world = coll->world_size();
   const std::vector<int64_t> batches = local_batches(c, plan, *coll);
   const int64_t local_batch = batches[size_t(rank)];
@@ -188,6 +186,10 @@ TrainSummary train_run(const TrainConfig& c) {
   s.plan_summary = plan_summary(plan, desc);
   TrainEvents events(c, rank, world, total_steps);
   events.start(desc, device, data->describe(), s);
+  if (c.link.enabled()) {
+    events.message("link emulation: " + c.link.describe() + " on every collective (" + coll->backend() + ")" +
+                   (world == 1 ? "; a single rank has nothing to emulate" : ""));
+  }
   std::unique_ptr<WorkerTelemetry> metrics;
   if (c.metrics_port >= 0) {
     metrics = std::make_unique<WorkerTelemetry>(
@@ -208,12 +210,14 @@ TrainSummary train_run(const TrainConfig& c) {
       const CheckpointMeta meta = checkpoint_load(ckpt, model, opt);
       step = meta.step;
       data->set_position({meta.data_epoch, meta.data_index});
+      report.checkpoint_step = step;
       events.message("resumed from " + ckpt + " at step " + std::to_string(step));
     } else {
       events.message("no checkpoint at " + ckpt + ": starting from scratch");
     }
   }
   s.start_step = step;
+  report.steps = step;
   if (!ckpt.empty() && rank == 0) std::filesystem::create_directories(c.checkpoint_dir);
   if (world > 1) {
     check_settings_agree(c, desc, total_steps, global_batch, *coll);
@@ -235,10 +239,9 @@ TrainSummary train_run(const TrainConfig& c) {
     if (ckpt.empty() || rank != 0) return;  // weights and data position are the same on every rank
     const LoaderPosition pos = data->position();
     checkpoint_save(ckpt, model, opt, {done, pos.epoch, pos.step, c.seed, desc.hash});
+    report.checkpoint_step = done;
   };
-  stop_signal.store(false);
-  auto previous_int = std::signal(SIGINT, on_stop_signal);
-  auto previous_term = std::signal(SIGTERM, on_stop_signal);
+  stop.set_armed(true);
 
   const double positions_per_sample = double(data->positions_per_sample());
   const float loss_divisor = float(double(global_batch) * positions_per_sample);  // global mean
@@ -259,7 +262,7 @@ TrainSummary train_run(const TrainConfig& c) {
       if (sync) sync->finish_step();
       opt.step(step);
       // One small all-reduce: the global loss and accuracy, and whether any rank was asked to stop.
-      double stats[4] = {res.loss_sum, double(res.correct), double(targets.size()), stop_signal.load() ? 1.0 : 0.0};
+      double stats[4] = {res.loss_sum, double(res.correct), double(targets.size()), stop.requested() ? 1.0 : 0.0};
       coll->all_reduce_sum(stats, 4);
       step_seconds.push_back(seconds_since(t0));
       compute_seconds.push_back(compute);
@@ -268,6 +271,7 @@ TrainSummary train_run(const TrainConfig& c) {
       const double loss = stats[0] / stats[2];
       s.losses.push_back(loss);
       s.final_train_loss = loss;
+      report.steps = step + 1;
       events.step(step + 1, loss, stats[1] / stats[2], step_seconds.back(), compute, wait_seconds.back(),
                   allreduce_seconds.back(), double(global_batch));
       if (metrics) {
@@ -283,18 +287,17 @@ TrainSummary train_run(const TrainConfig& c) {
       if (c.checkpoint_every > 0 && (step + 1) % c.checkpoint_every == 0) save(step + 1);
       if (stats[3] > 0) {
         s.stopped_early = true;
+        report.stopped_early = true;
         ++step;
         events.message("stop requested: checkpointing at step " + std::to_string(step) + " and exiting");
         break;
       }
     }
   } catch (...) {
-    std::signal(SIGINT, previous_int);
-    std::signal(SIGTERM, previous_term);
+    stop.set_armed(false);
     throw;
   }
-  std::signal(SIGINT, previous_int);
-  std::signal(SIGTERM, previous_term);
+  stop.set_armed(false);
   save(step);
   s.steps = step;
   s.peak_memory_bytes = memory.peak_bytes();
@@ -318,6 +321,58 @@ TrainSummary train_run(const TrainConfig& c) {
   s.wall_seconds = seconds_since(wall0);
   events.done(s);
   if (!c.summary_json.empty()) train_summary_write_json(s, c.summary_json);
+  return s;
+}
+
+}  // namespace
+
+std::string termination_report_json(const TerminationReport& r) {
+  constexpr size_t limit = 4096 - 2;  // the line and its newline stay under Kubernetes' 4096 bytes
+  std::string error = r.error;
+  for (;;) {
+    nlohmann::json j = {{"steps", r.steps}, {"checkpointStep", r.checkpoint_step}, {"stoppedEarly", r.stopped_early}};
+    if (!r.error.empty()) j["error"] = error;
+    // replace: a cut through a multi-byte character must not make the dump throw
+    const std::string line = j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    if (line.size() <= limit || error.empty()) return line;
+    const size_t over = line.size() - limit;  // escaping can make the cut short: loop until it fits
+    error = error.substr(0, error.size() > over + 3 ? error.size() - over - 3 : 0) + "...";
+  }
+}
+
+void termination_report_write(const TerminationReport& r, const std::string& path) {
+  const std::string line = termination_report_json(r) + "\n";
+  try {
+    atomic_file_write(path, line);
+    return;
+  } catch (const std::runtime_error&) {
+    // No temp file beside it (a read-only /dev) or no rename onto it (a bind-mounted file).
+  }
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << line;
+  out.flush();
+  if (!out)
+    throw std::runtime_error("cannot write the termination log '" + path +
+                             "': --termination-log must name a writable file in an existing directory");
+}
+
+TrainSummary train_run(const TrainConfig& c) {
+  TerminationReport report;
+  TrainSummary s;
+  try {
+    s = train_run_reporting(c, report);
+  } catch (const std::exception& e) {
+    if (!c.termination_log.empty()) {
+      report.error = e.what();
+      try {
+        termination_report_write(report, c.termination_log);
+      } catch (const std::exception& write_error) {
+        std::fprintf(stderr, "qsync-worker: %s\n", write_error.what());  // the training error matters more
+      }
+    }
+    throw;
+  }
+  if (!c.termination_log.empty()) termination_report_write(report, c.termination_log);
   return s;
 }
 

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "worker/dist/gradient_sync.h"
+#include "worker/dist/link_model.h"
 #include "worker/dist/rendezvous.h"
 #include "worker/optimizer.h"
 
@@ -30,6 +31,9 @@ struct TrainConfig {
   int64_t checkpoint_every = 0;  // 0: only at the end (when a dir is given)
   bool resume = false;
   std::string summary_json;
+  // --termination-log: at exit (end, stop on a signal, or error) a one-line JSON under 4 KiB,
+  // {"steps", "checkpointStep", "stoppedEarly", "error"}, for Kubernetes' terminationMessagePath.
+  std::string termination_log;
   std::string device_class;  // empty: the strongest CPU class available
   int threads = 1;
   int64_t memory_budget = 0;  // bytes; 0: unlimited
@@ -49,6 +53,7 @@ struct TrainConfig {
   int64_t bucket_bytes = DEFAULT_BUCKET_BYTES;
   int64_t weight_hash_every = 0;     // debug: compare a weight hash across ranks every N steps
   double collective_timeout_seconds = 60;
+  LinkModel link;  // --link: emulated slow link on every collective (disabled: loopback as it is)
 };
 
 struct EvalResult {
@@ -74,6 +79,18 @@ struct TrainSummary {
 // Trains; in a data-parallel job every rank calls this with its own rank. Throws on bad input,
 // and CollectiveError when a peer rank fails (within the collective timeout).
 TrainSummary train_run(const TrainConfig& config);
+// What a run reports at exit through --termination-log. checkpoint_step: the step of the last
+// checkpoint this run wrote or resumed from (0: none).
+struct TerminationReport {
+  int64_t steps = 0, checkpoint_step = 0;
+  bool stopped_early = false;
+  std::string error;  // empty: no error
+};
+// The one-line JSON (under 4096 bytes: a long error is cut) of a report.
+std::string termination_report_json(const TerminationReport& r);
+// Writes it to `path`: temp file + rename where the directory allows, else an overwrite in place
+// (Kubernetes bind-mounts /dev/termination-log as a single file). Throws naming the path.
+void termination_report_write(const TerminationReport& r, const std::string& path);
 // Writes the summary JSON (fields: final_test_accuracy, final_train_loss, steps,
 // samples_per_second, median_step_seconds, peak_memory_bytes, ...).
 void train_summary_write_json(const TrainSummary& s, const std::string& path);

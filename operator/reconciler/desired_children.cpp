@@ -94,6 +94,7 @@ std::vector<std::string> worker_command(const api::HybridTrainingJob& job, const
   cmd.insert(cmd.end(), {"--seed", std::to_string(s.seed), "--lr", number_text(s.optimizer.lr), "--optimizer", s.optimizer.name});
   if (s.optimizer.weight_decay > 0) cmd.insert(cmd.end(), {"--weight-decay", number_text(s.optimizer.weight_decay)});
   if (s.optimizer.warmup_steps > 0) cmd.insert(cmd.end(), {"--warmup", std::to_string(s.optimizer.warmup_steps)});
+  cmd.insert(cmd.end(), {"--lr-schedule", s.optimizer.schedule});
   if (s.optimizer.grad_clip > 0) cmd.insert(cmd.end(), {"--grad-clip", number_text(s.optimizer.grad_clip)});
   if (s.eval_every > 0) cmd.insert(cmd.end(), {"--eval-every", std::to_string(s.eval_every)});
   if (s.eval_limit > 0) cmd.insert(cmd.end(), {"--eval-limit", std::to_string(s.eval_limit)});
@@ -102,6 +103,7 @@ std::vector<std::string> worker_command(const api::HybridTrainingJob& job, const
   if (s.checkpoint.interval_steps > 0)
     cmd.insert(cmd.end(), {"--checkpoint-every", std::to_string(s.checkpoint.interval_steps)});
   cmd.push_back("--resume");  // harmless without a checkpoint: the worker starts from scratch
+  cmd.insert(cmd.end(), {"--termination-log", TERMINATION_LOG});
   if (!is_gpu_device_class(rank.device_class)) cmd.insert(cmd.end(), {"--device-class", rank.device_class});
   if (s.data.volume) {
     cmd.insert(cmd.end(), {"--data", std::string(DATA_MOUNT) + (s.data.volume->path.empty() ? "" : "/" + s.data.volume->path)});
@@ -163,6 +165,9 @@ json desired_pod(const json& job_object, const api::HybridTrainingJob& job, cons
                     {"ports", json::array({{{"name", "metrics"}, {"containerPort", WORKER_METRICS_PORT}, {"protocol", "TCP"}},
                                            {{"name", "rendezvous"}, {"containerPort", options.master_port}, {"protocol", "TCP"}}})},
                     {"volumeMounts", mounts},
+                    {"terminationMessagePath", TERMINATION_LOG},
+                    // a crash that wrote nothing still says why: the log's tail
+                    {"terminationMessagePolicy", "FallbackToLogsOnError"},
                     {"securityContext",
                      {{"runAsNonRoot", true},
                       {"runAsUser", 65532},

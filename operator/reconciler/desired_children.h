@@ -32,6 +32,9 @@ inline constexpr const char* PLAN_MOUNT = "/etc/qsync/plan";
 inline constexpr const char* MODEL_MOUNT = "/etc/qsync/model";
 inline constexpr const char* CHECKPOINT_MOUNT = "/var/lib/qsync/checkpoints";
 inline constexpr const char* DATA_MOUNT = "/var/lib/qsync/data";
+// The worker writes {"steps", "checkpointStep", "stoppedEarly", "error"} here at exit; the
+// reconciler reads it back from the container's terminated state (status.lastCheckpointStep).
+inline constexpr const char* TERMINATION_LOG = "/dev/termination-log";
 inline constexpr int WORKER_METRICS_PORT = 9100;
 inline constexpr const char* GPU_RESOURCE = "nvidia.com/gpu";
 

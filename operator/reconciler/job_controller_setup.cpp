@@ -45,13 +45,22 @@ JobControllerParts add_job_controller(controller::Manager& manager, kube::KubeCl
   parts.reader = std::make_unique<InformerClusterReader>(client, informers);
   parts.events = std::make_unique<kube::EventRecorder>(client, "qsync-operator");
   parts.metrics = std::make_unique<JobMetrics>(*manager.metrics().registry());
-  parts.reconciler =
-      std::make_unique<JobReconciler>(client, *parts.reader, parts.events.get(), parts.metrics.get(), options.reconciler);
+  parts.reported_checkpoints = std::make_unique<ReportedCheckpoints>();
+  ReconcilerOptions reconciler_options = options.reconciler;
+  reconciler_options.reported_checkpoints = parts.reported_checkpoints.get();
+  parts.reconciler = std::make_unique<JobReconciler>(client, *parts.reader, parts.events.get(), parts.metrics.get(),
+                                                     std::move(reconciler_options));
 
   controller::ControllerOptions controller_options;
   controller_options.name = "hybridtrainingjob";
   controller_options.max_concurrent_reconciles = options.workers;
   JobReconciler* reconciler = parts.reconciler.get();
+  // Before the controller's own pod handler: a deleted pod's last reported checkpoint is recorded
+  // before its deletion queues the job (handlers run in the order they were added).
+  ReportedCheckpoints* reported = parts.reported_checkpoints.get();
+  informers.pods->add_handler({.on_add = [reported](const json& pod) { reported->observe(pod); },
+                               .on_update = [reported](const json&, const json& pod) { reported->observe(pod); },
+                               .on_delete = [reported](const json& pod) { reported->observe(pod); }});
   controller::Controller& c = manager.add_controller(
       std::move(controller_options), [reconciler](const std::string& key) { return reconciler->reconcile(key); });
   c.watch_for(jobs, {controller::generation_changed_predicate()});
@@ -62,7 +71,10 @@ JobControllerParts add_job_controller(controller::Manager& manager, kube::KubeCl
   auto update_phases = [&jobs, metrics] { metrics->set_jobs_by_phase(jobs.list()); };
   jobs.add_handler({.on_add = [update_phases](const json&) { update_phases(); },
                     .on_update = [update_phases](const json&, const json&) { update_phases(); },
-                    .on_delete = [update_phases](const json&) { update_phases(); }});
+                    .on_delete = [update_phases, reported](const json& job) {
+                      update_phases();
+                      reported->forget(job["metadata"].value("uid", ""));
+                    }});
   parts.controller = &c;
   return parts;
 }

@@ -4,7 +4,8 @@
 // controller watching jobs (generation changes only: its own status writes do not requeue),
 // owned Pods, Services and ConfigMaps (to the owner's key), and Nodes (a change requeues every
 // job not yet planned); the job metrics in the manager's registry, with the jobs-by-phase gauge
-// kept from the jobs' cache.
+// kept from the jobs' cache; the checkpoint steps reported by pods (checkpoint_report.h) recorded
+// from the pod informer before the controller sees the pod event.
 //
 //   JobControllerParts parts = add_job_controller(manager, client, {.namespace_ = "", .workers = 4, ...});
 //   manager.run();  // parts must outlive it
@@ -25,6 +26,7 @@ struct JobControllerOptions {
 };
 
 struct JobControllerParts {
+  std::unique_ptr<ReportedCheckpoints> reported_checkpoints;  // fed by the pod informer
   std::unique_ptr<InformerClusterReader> reader;
   std::unique_ptr<kube::EventRecorder> events;
   std::unique_ptr<JobMetrics> metrics;

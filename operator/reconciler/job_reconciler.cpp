@@ -2,6 +2,7 @@
 // The HybridTrainingJob reconcile pass (see job_reconciler.h).
 #include "operator/reconciler/job_reconciler.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <map>
@@ -147,8 +148,15 @@ ReconcileResult JobReconciler::reconcile(const std::string& key) {
   p.status = p.old_status;
   for (json& pod : reader_.job_pods(p.ns, p.name))
     if (owned_by(pod, p.uid)) p.pods.push_back(std::move(pod));
+  for (const json& pod : p.pods)  // never lowered: an earlier attempt's pods may be gone
+    p.status.last_checkpoint_step = std::max(p.status.last_checkpoint_step, reported_checkpoint_step(pod));
+  if (options_.reported_checkpoints != nullptr)
+    p.status.last_checkpoint_step = std::max(p.status.last_checkpoint_step, options_.reported_checkpoints->step_for(p.uid));
 
-  if (api::is_finished(p.status.conditions)) return finish(p);
+  if (api::is_finished(p.status.conditions)) {
+    if (p.status.last_checkpoint_step != p.old_status.last_checkpoint_step) write_status(p);  // a late report
+    return finish(p);
+  }
   const std::string& manager = p.job.spec.run_policy.managed_by;
   if (!manager.empty() && manager != api::OPERATOR_MANAGER) return {};
   if (p.job.spec.run_policy.suspend) return suspend(p);
@@ -350,6 +358,7 @@ ReconcileResult JobReconciler::run_active(Pass& p) {
   const json* first_failed = nullptr;
   for (const auto& [rank, pod] : current) {
     const std::string phase = pod_phase(*pod);
+    if (terminating(*pod) && (phase == "Succeeded" || phase == "Failed")) continue;  // deleted: not the job's outcome
     if (phase == "Running") ++running;
     if (phase == "Succeeded") ++succeeded;
     if (phase == "Failed") {

@@ -8,8 +8,10 @@
 // one Pod per rank of the current attempt (status.restarts), deleting pods of older attempts ->
 // derive: all ranks Succeeded: Succeeded; a rank Failed (or its pod vanished): a whole-job
 // restart while restarts < backoffLimit, else Failed; all Running: Running -> write status only
-// when it changed. Child-creation failures set Created=False with the API's message, plus a
-// Warning Event. It never branches on which event queued the key.
+// when it changed. status.lastCheckpointStep: the highest checkpointStep the workers' termination
+// messages report (checkpoint_report.h), never lowered. Child-creation failures set
+// Created=False with the API's message, plus a Warning Event. It never branches on which event
+// queued the key.
 //
 //   ApiClusterReader reader(client);
 //   JobReconciler r(client, reader, &events, &metrics, {});
@@ -23,6 +25,7 @@
 #include "operator/controller/controller.h"
 #include "operator/kube/events.h"
 #include "operator/kube/kube_client.h"
+#include "operator/reconciler/checkpoint_report.h"
 #include "operator/reconciler/cluster_reader.h"
 #include "operator/reconciler/desired_children.h"
 #include "operator/reconciler/job_metrics.h"
@@ -37,6 +40,8 @@ struct ReconcilerOptions {
   std::chrono::milliseconds waiting_requeue = std::chrono::seconds(15);
   // Seconds since the epoch; null: the system clock (tests move time for TTLs and deadlines).
   std::function<double()> now_seconds;
+  // Steps reported by pods already gone (fed by the pod informer); null: only the live pods count.
+  ReportedCheckpoints* reported_checkpoints = nullptr;
 };
 
 class JobReconciler {

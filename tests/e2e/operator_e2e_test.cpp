@@ -6,7 +6,9 @@
 // process, and examples/k8s/fmnist-cpu.yaml (the zoo MLP on Fashion-MNIST over two ranks of
 // different device classes) planned, trained and Succeeded; `kubectl get htj` shows the printer
 // columns. Failure paths: a worker killed mid-run (whole-job restart from the last checkpoint),
-// the operator restarted mid-run (same pods, job continues), and invalid specs (refused by the
+// the operator restarted mid-run (same pods, job continues), suspend (SIGTERM, checkpoint,
+// status.lastCheckpointStep from the workers' termination messages) and resume from that
+// checkpoint, and invalid specs (refused by the
 // schema at apply, or Failed naming the selector no node matches). Each test prints the
 // server's recent requests and the operator's log when it fails. Skipped without kubectl.
 #include <signal.h>
@@ -65,7 +67,7 @@ class OperatorE2eTest : public ::testing::Test {
   void TearDown() override {
     if (cluster_ && HasFailure()) {
       std::string pods;
-      for (const char* job : {"fmnist-cpu", "fmnist-killed", "fmnist-handover"})
+      for (const char* job : {"fmnist-cpu", "fmnist-killed", "fmnist-handover", "fmnist-suspend"})
         for (int rank = 0; rank < 2; ++rank) {
           const std::string name = std::string(job) + "-worker-" + std::to_string(rank);
           const std::string log = cluster_->pod_log("default", name);
@@ -279,6 +281,60 @@ TEST_F(OperatorE2eTest, RestartedOperatorAdoptsTheRunningPods) {
   const json job = job_object("fmnist-handover");
   EXPECT_EQ(job["status"].value("restarts", -1), 0);
   EXPECT_EQ(logged_step("fmnist-handover-worker-0"), 60);
+}
+
+TEST_F(OperatorE2eTest, SuspendCheckpointsAndResumeContinuesFromIt) {
+  create_nodes_and_profiles();
+  cluster_->start_operator(master_port_);
+  // Enough steps to be still training when suspended; a checkpoint every 10 steps.
+  ASSERT_EQ(apply_job("fmnist-suspend", {{"steps: 40", "steps: 600"}}).code, 0);
+  ASSERT_EQ(wait_phase("fmnist-suspend", "Running", 60s), "Running");
+  const std::string checkpoint =
+      cluster_->kubelet_root() + "/claims/default/fmnist-suspend-checkpoints/fmnist-suspend/latest.qckpt";
+  ASSERT_TRUE(poll_until([&] { return std::filesystem::exists(checkpoint); }, 60s))
+      << "no checkpoint at " << checkpoint << "; phase " << phase("fmnist-suspend");
+  auto last_checkpoint_step = [&] {
+    const std::string text = cluster_->jsonpath({"htj", "fmnist-suspend"}, "{.status.lastCheckpointStep}");
+    return text.empty() ? int64_t(0) : std::stoll(text);
+  };
+  EXPECT_EQ(last_checkpoint_step(), 0) << "no worker has exited yet: nothing reported a checkpoint";
+
+  expect_ok({"patch", "htj", "fmnist-suspend", "--type", "merge", "-p", R"({"spec":{"runPolicy":{"suspend":true}}})"});
+  ASSERT_EQ(wait_phase("fmnist-suspend", "Suspended", 30s), "Suspended");
+  // The pods get SIGTERM (graceful deletion), agree on a step, checkpoint it and exit; then go.
+  ASSERT_TRUE(poll_until(
+      [&] { return cluster_->jsonpath({"pods", "-l", "qsync.dev/job=fmnist-suspend"}, "{.items[*].metadata.name}").empty(); },
+      60s))
+      << "the suspended job's pods did not go";
+  int64_t suspended_at = 0;
+  ASSERT_TRUE(poll_until([&] { return (suspended_at = last_checkpoint_step()) > 0; }, 20s))
+      << "status.lastCheckpointStep stayed 0 after the SIGTERM checkpoint: " << job_object("fmnist-suspend")["status"].dump(2);
+  const std::string stopped_log = cluster_->pod_log("default", "fmnist-suspend-worker-0");
+  EXPECT_NE(stopped_log.find("stop requested: checkpointing at step " + std::to_string(suspended_at)), std::string::npos)
+      << "lastCheckpointStep " << suspended_at << " is not the step rank 0 stopped at:\n"
+      << stopped_log.substr(stopped_log.size() > 3000 ? stopped_log.size() - 3000 : 0);
+  EXPECT_LT(suspended_at, 600) << "the job finished before it was suspended: raise its steps";
+  const json suspended = job_object("fmnist-suspend");
+  EXPECT_EQ(condition_status(suspended, "Suspended"), "True");
+  EXPECT_EQ(condition_status(suspended, "Running"), "False");
+
+  expect_ok({"patch", "htj", "fmnist-suspend", "--type", "merge", "-p", R"({"spec":{"runPolicy":{"suspend":false}}})"});
+  ASSERT_EQ(wait_phase("fmnist-suspend", "Succeeded", 400s), "Succeeded");
+  const json job = job_object("fmnist-suspend");
+  EXPECT_EQ(job["status"].value("restarts", -1), 0) << "a resume is not a restart";
+  EXPECT_EQ(condition_status(job, "Suspended"), "False");
+  // The new pods resumed from the suspend's checkpoint (the log keeps both pods of one name).
+  for (const char* rank : {"fmnist-suspend-worker-0", "fmnist-suspend-worker-1"}) {
+    const std::string log = cluster_->pod_log("default", rank);
+    const size_t at = log.find("resumed from ");
+    ASSERT_NE(at, std::string::npos) << rank << " did not resume:\n" << log.substr(log.size() > 3000 ? log.size() - 3000 : 0);
+    const size_t step_at = log.find("at step ", at);
+    ASSERT_NE(step_at, std::string::npos) << log.substr(at, 200);
+    EXPECT_EQ(std::stoll(log.substr(step_at + 8)), suspended_at) << log.substr(at, 200);
+  }
+  // Rank 0 checkpoints the final step at the end: that is the last checkpoint.
+  EXPECT_EQ(job["status"].value("lastCheckpointStep", int64_t(-1)), 600) << job["status"].dump(2);
+  EXPECT_EQ(logged_step("fmnist-suspend-worker-0"), 600);
 }
 
 TEST_F(OperatorE2eTest, InvalidSpecsAreRefusedOrFailWithWhatToFix) {

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <thread>
 
 #include "kernels/device_class.h"
 
@@ -242,6 +243,41 @@ TEST(GemmRegistry, ListsBackendsAndNamesUnknownOnes) {
   } catch (const std::invalid_argument& e) {
     EXPECT_NE(std::string(e.what()).find("ref, cpu"), std::string::npos) << e.what();
   }
+}
+
+// Two threads running the same cached primitive at once (tensor-parallel ranks as threads) each
+// get their own result: a scratchpad shared between concurrent calls mixed them up before.
+TEST(GemmBackendCpu, ConcurrentCallsOfOneShapeDoNotShareScratch) {
+  const GemmBackend& cpu = gemm_backend_by_name("cpu");
+  constexpr int64_t M = 12, N = 96, K = 32;  // a TP rank's QKV projection of a short prompt
+  std::mt19937 rng(7);
+  std::normal_distribution<float> dist;
+  std::vector<float> a[2], w[2], serial[2];
+  for (int t = 0; t < 2; ++t) {
+    a[t].resize(size_t(M * K));
+    w[t].resize(size_t(N * K));
+    for (float& v : a[t]) v = dist(rng);
+    for (float& v : w[t]) v = dist(rng);
+    serial[t].assign(size_t(M * N), 0.0f);
+    GemmDesc d = small_fp32(a[t].data(), w[t].data(), serial[t].data());
+    d.m = M, d.n = N, d.k = K;
+    cpu.gemm(d);
+  }
+  int mismatches[2] = {0, 0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 2; ++t)
+    threads.emplace_back([&, t] {
+      std::vector<float> c(size_t(M * N));
+      for (int rep = 0; rep < 300; ++rep) {
+        GemmDesc d = small_fp32(a[t].data(), w[t].data(), c.data());
+        d.m = M, d.n = N, d.k = K;
+        cpu.gemm(d);
+        if (c != serial[t]) ++mismatches[t];
+      }
+    });
+  for (std::thread& th : threads) th.join();
+  EXPECT_EQ(mismatches[0], 0);
+  EXPECT_EQ(mismatches[1], 0);
 }
 
 }  // namespace

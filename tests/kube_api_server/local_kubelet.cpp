@@ -5,6 +5,7 @@
 // status writes through the server, and graceful termination (the object removed through the
 // server once the process has exited).
 #include "tests/kube_api_server/local_kubelet.h"
+#include "tests/kube_api_server/container_termination.h"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -99,6 +100,7 @@ std::string mapped_value(const std::string& value, const MountMap& mounts) {
 void append_log(const std::string& path, const std::string& line) {
   std::ofstream(path, std::ios::app) << "local-kubelet: " << line << "\n";
 }
+
 
 }  // namespace
 
@@ -273,6 +275,12 @@ bool LocalKubelet::start_pod(const json& pod, std::string& waiting_reason) {
     while (mount.size() > 1 && mount.back() == '/') mount.pop_back();
     if (!mount.empty()) mounts.emplace_back(mount, local);
   }
+  // terminationMessagePath: a host file per container, mapped like a mount.
+  const std::string message_path = c.value("terminationMessagePath", std::string("/dev/termination-log"));
+  const std::string termination_log = pod_dir(uid) + "/containers/" + container + "/termination-log";
+  fs::create_directories(fs::path(termination_log).parent_path());
+  std::ofstream(termination_log, std::ios::trunc).close();
+  if (!message_path.empty()) mounts.emplace_back(message_path, termination_log);
   std::sort(mounts.begin(), mounts.end(), [](const auto& a, const auto& b) { return a.first.size() > b.first.size(); });
   for (size_t i = 1; i < argv.size(); ++i) argv[i] = mapped_value(argv[i], mounts);
 
@@ -314,6 +322,8 @@ bool LocalKubelet::start_pod(const json& pod, std::string& waiting_reason) {
   env_ptrs.push_back(nullptr);
   const std::string workdir = mapped_value(c.value("workingDir", ""), mounts);
   int log_fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  std::error_code log_size_error;
+  const std::uintmax_t log_offset = fs::file_size(log, log_size_error);
 
   pid_t pid = ::fork();
   if (pid == 0) {
@@ -343,6 +353,10 @@ bool LocalKubelet::start_pod(const json& pod, std::string& waiting_reason) {
   p.container = container;
   p.started_at = started;
   p.ports = ports;
+  p.log = log;
+  p.log_offset = log_size_error ? 0 : log_offset;
+  p.termination_log = termination_log;
+  p.fallback_to_logs = c.value("terminationMessagePolicy", "") == "FallbackToLogsOnError";
   p.grace_seconds = spec.value("terminationGracePeriodSeconds", 30L);
   processes_[p.uid] = p;
   writer_(ns, name, uid, node,
@@ -403,20 +417,16 @@ void LocalKubelet::reap() {
       ++it;
       continue;
     }
-    int code = WIFEXITED(wstatus) ? WEXITSTATUS(wstatus) : 128 + (WIFSIGNALED(wstatus) ? WTERMSIG(wstatus) : 0);
     forget(p.uid);
-    if (p.terminating) {
-      std::error_code ignored;
-      fs::remove_all(pod_dir(p.uid), ignored);
-      if (p.remove_on_exit) remover_(p.ns, p.name, p.uid);
-    } else {
-      std::string finished = now_rfc3339();
-      json terminated = {{"exitCode", code},
-                         {"reason", code == 0 ? "Completed" : "Error"},
-                         {"startedAt", p.started_at},
-                         {"finishedAt", finished},
-                         {"containerID", "local://" + std::to_string(p.pid)}};
-      if (WIFSIGNALED(wstatus)) terminated["signal"] = WTERMSIG(wstatus);
+    std::string message = termination_message_file(p.termination_log);
+    const bool failed = !WIFEXITED(wstatus) || WEXITSTATUS(wstatus) != 0;
+    if (message.empty() && failed && p.fallback_to_logs) message = log_tail(p.log, p.log_offset);
+    // A Pod removed outright has no object to write to; a gracefully deleted one gets its final
+    // status (as a node's kubelet writes it before the object goes), then is removed.
+    if (!p.terminating || p.remove_on_exit) {
+      const std::string finished = now_rfc3339();
+      const json terminated = terminated_state(p.started_at, p.pid, wstatus, message, finished);
+      const int code = terminated["exitCode"].get<int>();
       writer_(p.ns, p.name, p.uid, "",
               {{"phase", code == 0 ? "Succeeded" : "Failed"},
                {"podIP", "127.0.0.1"},
@@ -425,6 +435,11 @@ void LocalKubelet::reap() {
                {"startTime", p.started_at},
                {"conditions", {{{"type", "Ready"}, {"status", "False"}, {"lastTransitionTime", finished}}}},
                {"containerStatuses", {container_status(p.container, {{"terminated", terminated}}, false, p.pid)}}});
+    }
+    if (p.terminating) {
+      std::error_code ignored;
+      fs::remove_all(pod_dir(p.uid), ignored);
+      if (p.remove_on_exit) remover_(p.ns, p.name, p.uid);
     }
     it = processes_.erase(it);
   }

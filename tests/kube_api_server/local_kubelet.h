@@ -17,6 +17,13 @@
 //     so container paths are rewritten instead: in the command, args, env values and workingDir,
 //     a volumeMount's mountPath (longest first) at the start of a value or after '=' and followed
 //     by '/' or the end is replaced by the volume's local directory (subPath honoured).
+//   - Termination messages: the first container's terminationMessagePath (default
+//     /dev/termination-log, as the API server defaults it) is a host file
+//     ROOT/pods/UID/containers/NAME/termination-log, empty at start, mapped into the command, args,
+//     env and workingDir like a mountPath. At exit its first 4096 bytes become
+//     state.terminated.message; with terminationMessagePolicy FallbackToLogsOnError, a failed exit
+//     and an empty file, the message is the tail of what this process wrote to its log (the last
+//     80 lines, at most 2048 bytes), as Kubernetes does.
 //   - Cluster DNS: every Pod shares the host's loopback, so an env value or arg that is a
 //     Service host name (NAME.SVC.NS.svc, SVC.NS.svc, optionally .cluster.local, optionally
 //     with :PORT) becomes 127.0.0.1 (with the port kept).
@@ -37,8 +44,8 @@
 //     409 AlreadyExists); the kubelet SIGTERMs the process group, SIGKILLs it when the grace
 //     period the server chose (DeleteOptions.gracePeriodSeconds, else
 //     spec.terminationGracePeriodSeconds, default 30) ends, and once the process has exited (at
-//     once when it had already exited or never started) calls the PodRemover, which removes the
-//     object. A Pod it does not run gets false: the server removes it at once.
+//     once when it had already exited or never started) writes the terminated status (exit code,
+//     termination message) and then calls the PodRemover, which removes the object. A Pod it does not run gets false: the server removes it at once.
 //   - Immediate removal (pod_removed: the object is already gone, e.g. gracePeriodSeconds=0 or a
 //     Pod it does not run): SIGTERM to the process group, SIGKILL after
 //     spec.terminationGracePeriodSeconds (default 30).
@@ -48,6 +55,7 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <cstdint>
 #include <deque>
 #include <functional>
 #include <map>
@@ -102,6 +110,10 @@ class LocalKubelet {
     int pid = -1;
     std::string ns, name, uid, container, started_at;
     std::vector<int> ports;  // containerPorts it declared
+    std::string log;               // its log file, and where this process's output starts in it
+    std::uintmax_t log_offset = 0;
+    std::string termination_log;   // host file behind terminationMessagePath
+    bool fallback_to_logs = false;  // terminationMessagePolicy FallbackToLogsOnError
     long grace_seconds = 30;
     bool terminating = false;
     bool remove_on_exit = false;  // graceful deletion: the PodRemover removes the object at exit

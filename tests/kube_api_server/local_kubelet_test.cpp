@@ -6,7 +6,9 @@
 // ConfigMap, ports already taken on the shared loopback, deletion with SIGTERM then SIGKILL
 // after the Pod's grace period, and graceful deletion (the Pod stays Terminating, its name
 // taken, until its process has exited; a second DELETE may shorten the grace period; Pods it
-// does not run and gracePeriodSeconds=0 go at once).
+// does not run and gracePeriodSeconds=0 go at once), and termination messages (the file behind
+// terminationMessagePath, or the log's tail with FallbackToLogsOnError; written before a
+// gracefully deleted Pod goes).
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -310,6 +312,79 @@ TEST_F(LocalKubeletTest, SecondDeleteShortensTheGracePeriod) {
   deadline = std::chrono::steady_clock::now() + 20s;  // SIGKILL after 1 s, not 30
   while (!pod_object("stubborn").is_null() && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(20ms);
   EXPECT_TRUE(pod_object("stubborn").is_null()) << "the shortened grace period should end with SIGKILL and removal";
+}
+
+// A shell pod whose script gets the container path of its termination message as $0.
+json reporting_pod(const std::string& name, const std::string& script, const std::string& policy) {
+  json pod = shell_pod(name, "", 30);
+  json& c = pod["spec"]["containers"][0];
+  c["command"] = {"/bin/sh", "-c", script, "/dev/termination-log"};
+  c["terminationMessagePath"] = "/dev/termination-log";
+  if (!policy.empty()) c["terminationMessagePolicy"] = policy;
+  return pod;
+}
+
+TEST_F(LocalKubeletTest, TerminationMessageComesFromTheFileOrTheLogTail) {
+  auto message_of = [&](const std::string& name) {
+    const json terminated = pod_object(name)["status"]["containerStatuses"][0]["state"]["terminated"];
+    return terminated.value("message", std::string("<none>"));
+  };
+  // The file, wherever the container path maps to (a host file under the kubelet's root).
+  ASSERT_EQ(post(kPods, reporting_pod("reports", "echo '{\"checkpointStep\": 40}' > \"$0\"; echo \"$0\"", "")), 201);
+  ASSERT_EQ(wait_phase("reports", "Succeeded"), "Succeeded");
+  EXPECT_EQ(message_of("reports"), "{\"checkpointStep\": 40}\n");
+  EXPECT_EQ(log_of("reports").find("/dev/termination-log"), std::string::npos) << "the path should be a host file";
+  EXPECT_NE(log_of("reports").find((dir_ / "root").string()), std::string::npos) << log_of("reports");
+
+  // The file wins over the log, and only its first 4096 bytes count.
+  ASSERT_EQ(post(kPods, reporting_pod("long", "head -c 5000 /dev/zero | tr '\\0' x > \"$0\"; echo noise; exit 2",
+                                      "FallbackToLogsOnError")), 201);
+  ASSERT_EQ(wait_phase("long", "Failed"), "Failed");
+  EXPECT_EQ(message_of("long"), std::string(4096, 'x'));
+
+  // FallbackToLogsOnError, a failed exit and an empty file: the last 80 lines of this run's log.
+  ASSERT_EQ(post(kPods, reporting_pod("crashes", "i=1; while [ $i -le 100 ]; do echo line $i; i=$((i+1)); done; exit 3",
+                                      "FallbackToLogsOnError")), 201);
+  ASSERT_EQ(wait_phase("crashes", "Failed"), "Failed");
+  std::string expected;
+  for (int i = 21; i <= 100; ++i) expected += "line " + std::to_string(i) + "\n";
+  EXPECT_EQ(message_of("crashes"), expected);
+
+  // The default policy (File) never falls back to the log; a success never does either.
+  ASSERT_EQ(post(kPods, reporting_pod("silent", "echo some output; exit 1", "")), 201);
+  ASSERT_EQ(wait_phase("silent", "Failed"), "Failed");
+  EXPECT_EQ(message_of("silent"), "<none>");
+  ASSERT_EQ(post(kPods, reporting_pod("fine", "echo some output", "FallbackToLogsOnError")), 201);
+  ASSERT_EQ(wait_phase("fine", "Succeeded"), "Succeeded");
+  EXPECT_EQ(message_of("fine"), "<none>");
+}
+
+TEST_F(LocalKubeletTest, GracefullyDeletedPodReportsItsTerminationMessageBeforeItGoes) {
+  // On SIGTERM it writes its message (as a worker writes its checkpoint step) and exits.
+  ASSERT_EQ(post(kPods, reporting_pod("stopping", "trap 'echo stopped-at-7 > \"$0\"; exit 0' TERM; echo started; "
+                                                  "while :; do sleep 0.05; done",
+                                      "FallbackToLogsOnError")), 201);
+  ASSERT_EQ(wait_phase("stopping", "Running"), "Running");
+  auto deadline = std::chrono::steady_clock::now() + 20s;
+  while (log_of("stopping").empty() && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(20ms);
+  std::this_thread::sleep_for(200ms);  // the trap is set once the shell runs
+  const std::string created_rv = pod_object("stopping")["metadata"]["resourceVersion"];
+  ASSERT_EQ(server_->call("DELETE", kPods + "/stopping").status, 200);
+  deadline = std::chrono::steady_clock::now() + 20s;
+  while (!pod_object("stopping").is_null() && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(20ms);
+  ASSERT_TRUE(pod_object("stopping").is_null()) << "the Pod should be removed once its process exited";
+  // Watchers saw the final status (terminated, with the message) before DELETED.
+  std::vector<json> events;
+  std::istringstream lines(server_->call("GET", kPods + "?watch=1&timeoutSeconds=0&resourceVersion=" + created_rv).body);
+  for (std::string line; std::getline(lines, line);)
+    if (!line.empty()) events.push_back(json::parse(line));
+  ASSERT_GE(events.size(), 2u);
+  EXPECT_EQ(events.back()["type"], "DELETED");
+  const json last = events.back()["object"];
+  const json terminated = last.value(json::json_pointer("/status/containerStatuses/0/state/terminated"), json::object());
+  EXPECT_EQ(terminated.value("message", ""), "stopped-at-7\n") << last.dump();
+  EXPECT_EQ(terminated.value("exitCode", -1), 0) << last.dump();
+  EXPECT_EQ(last["status"].value("phase", ""), "Succeeded") << last.dump();
 }
 
 }  // namespace

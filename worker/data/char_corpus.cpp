@@ -1,7 +1,9 @@
 // File: worker/data/char_corpus.cpp
-// Character vocabulary, encoding/decoding and the train/validation split of a text corpus.
+// Character vocabulary, encoding/decoding and the train/validation split of a text corpus read
+// from one text file or from a folder of them (e.g. the fortunes package's quotation files).
 #include "worker/data/char_corpus.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstring>
@@ -10,6 +12,7 @@
 #include <iterator>
 #include <sstream>
 #include <stdexcept>
+#include <vector>
 
 namespace qsync {
 
@@ -19,6 +22,74 @@ std::string percent(double fraction) {  // 0.1 -> "10%"
   std::ostringstream s;
   s << fraction * 100.0 << "%";
   return s.str();
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    throw std::runtime_error("char corpus " + path + ": cannot open (" + std::strerror(errno) +
+                             "); pass an existing text file or folder of text files with --data");
+  }
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (in.bad()) {
+    throw std::runtime_error("char corpus " + path + ": read error after " + std::to_string(text.size()) +
+                             " bytes; check the file and the disk");
+  }
+  return text;
+}
+
+// A file is binary when its first 4 KiB hold a NUL byte (fortune's .dat index files do).
+bool looks_binary(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  char head[4096];
+  in.read(head, sizeof head);
+  return std::memchr(head, '\0', size_t(in.gcount())) != nullptr;
+}
+
+// The regular files of folder `dir` (not its subfolders), in name order, less binary files and
+// *.u8 files (fortune's UTF-8 copies of the same text); throws when none is left.
+std::vector<std::string> text_files_in(const std::string& dir) {
+  std::vector<std::filesystem::path> entries;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+    if (entry.is_regular_file(ec)) entries.push_back(entry.path());
+  }
+  if (ec) {
+    throw std::runtime_error("char corpus " + dir + ": cannot list the folder (" + ec.message() +
+                             "); pass a readable folder of text files with --data");
+  }
+  std::sort(entries.begin(), entries.end(),
+            [](const auto& a, const auto& b) { return a.filename().string() < b.filename().string(); });
+  std::vector<std::string> files;
+  int64_t skipped = 0;
+  for (const auto& p : entries) {
+    if (p.extension() == ".u8" || looks_binary(p.string())) {
+      ++skipped;
+    } else {
+      files.push_back(p.string());
+    }
+  }
+  if (files.empty()) {
+    throw std::runtime_error("char corpus " + dir + ": the folder holds no text file (" + std::to_string(skipped) +
+                             " binary or *.u8 files skipped, subfolders are not read); pass a folder of text "
+                             "files or a text file with --data");
+  }
+  return files;
+}
+
+// Lines that are exactly "%" (fortune(6)'s separator between quotations) become empty lines.
+std::string fortune_separators_as_empty_lines(const std::string& text) {
+  std::string out;
+  out.reserve(text.size());
+  size_t begin = 0;
+  while (begin < text.size()) {
+    size_t end = text.find('\n', begin);
+    if (end == std::string::npos) end = text.size();
+    if (!(end - begin == 1 && text[begin] == '%')) out.append(text, begin, end - begin);
+    if (end < text.size()) out += '\n';
+    begin = end + 1;
+  }
+  return out;
 }
 
 }  // namespace
@@ -97,7 +168,7 @@ CharCorpus char_corpus_from_text(std::string_view text, int64_t seq_len, double 
     throw std::runtime_error("char corpus " + source + ": " +
                              (text.empty() ? std::string("the file is empty")
                                            : std::to_string(text.size()) + " bytes but no printable ASCII text") +
-                             "; pass a text file (--corpus FILE) with at least a few thousand characters");
+                             "; pass a text file (--data FILE) with at least a few thousand characters");
   }
   const int64_t n = int64_t(tokens.size());
   const int64_t n_val = int64_t(std::floor(double(n) * validation_fraction));
@@ -120,20 +191,19 @@ CharCorpus char_corpus_from_text(std::string_view text, int64_t seq_len, double 
 CharCorpus char_corpus_load(const std::string& path, int64_t seq_len, double validation_fraction) {
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec)) {
-    throw std::runtime_error("char corpus " + path +
-                             ": is a folder, not a text file; pass a text file with --corpus FILE");
+    const std::vector<std::string> files = text_files_in(path);
+    std::string text;
+    for (size_t i = 0; i < files.size(); ++i) {
+      if (i > 0) text += '\n';
+      text += fortune_separators_as_empty_lines(read_file(files[i]));
+    }
+    CharCorpus c = char_corpus_from_text(text, seq_len, validation_fraction, path);
+    c.files = files;
+    return c;
   }
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    throw std::runtime_error("char corpus " + path + ": cannot open (" + std::strerror(errno) +
-                             "); pass an existing text file with --corpus FILE");
-  }
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (in.bad()) {
-    throw std::runtime_error("char corpus " + path + ": read error after " + std::to_string(text.size()) +
-                             " bytes; check the file and the disk");
-  }
-  return char_corpus_from_text(text, seq_len, validation_fraction, path);
+  CharCorpus c = char_corpus_from_text(read_file(path), seq_len, validation_fraction, path);
+  c.files = {path};
+  return c;
 }
 
 }  // namespace qsync

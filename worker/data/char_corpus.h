@@ -10,12 +10,18 @@
 //   so the mapping is deterministic and the same file always gives the same tokens.
 // Decoding is the inverse on tokens 0..95 (token 0 decodes to ' ').
 //
+// A folder is read as one text: its regular files (not subfolders) in name order, less binary
+// files (a NUL byte in the first 4 KiB, e.g. fortune's .dat indexes) and files named *.u8, joined
+// with a newline between files; in them a line that is exactly "%" (fortune(6)'s separator between
+// quotations) becomes an empty line. A single file is read as it is.
+//
 // Split: the last `validation_fraction` of the tokens (rounded down) is held out for validation,
 // the rest (the beginning of the file) is for training; no token is in both.
 //
 //   CharCorpus c = char_corpus_load("corpus.txt", /*seq_len=*/64, /*validation_fraction=*/0.1);
 //   c.train.size() + c.validation.size() == number of kept characters
 //   char_decode(c.train.data(), 20) -> the first 20 kept characters of the file
+//   char_corpus_load("/usr/share/games/fortunes", 64)  -> every quotation file of the fortunes package
 #pragma once
 
 #include <cstdint>
@@ -44,6 +50,7 @@ std::string char_decode(const float* tokens, int64_t n);
 
 struct CharCorpus {
   std::string source;               // the file (or name) it came from, for messages
+  std::vector<std::string> files;   // the files read, in order (one, or a folder's text files)
   int64_t bytes_read = 0;           // size of the text before mapping
   int64_t bytes_dropped = 0;        // bytes that map to no token
   std::vector<int32_t> train;       // (N_train) token ids 0..95
@@ -57,7 +64,8 @@ struct CharCorpus {
 CharCorpus char_corpus_from_text(std::string_view text, int64_t seq_len, double validation_fraction,
                                  const std::string& source = "<text>");
 
-// Reads `path` and builds a corpus as above; a missing or unreadable file throws with the path.
+// Reads `path` (a text file, or a folder of them as above) and builds a corpus as above; a missing
+// or unreadable file, or a folder without text files, throws with the path.
 CharCorpus char_corpus_load(const std::string& path, int64_t seq_len, double validation_fraction = 0.1);
 
 }  // namespace qsync

@@ -145,7 +145,12 @@ void Rendezvous::Impl::join_as_rank0(const RendezvousConfig& c) {
     if (size != c.world_size) verdict = mismatch_message(r, size, c.world_size);
   }
   client->set(kVerdictKey, bytes(verdict.empty() ? "ok" : verdict));
-  if (!verdict.empty()) throw std::runtime_error(verdict);
+  if (!verdict.empty()) {
+    // The store stops when this rank unwinds: first let the waiting ranks read the verdict (each
+    // closes its connection once it has it; this rank's own client keeps one open).
+    server->wait_for_connections_at_most(1, std::min<milliseconds>(c.timeout, milliseconds(2000)));
+    throw std::runtime_error(verdict);
+  }
 }
 
 void Rendezvous::Impl::join_as_peer(const RendezvousConfig& c) {
@@ -175,6 +180,20 @@ void Rendezvous::Impl::join_as_peer(const RendezvousConfig& c) {
   }
   const std::string text(verdict.begin(), verdict.end());
   if (text != "ok") throw std::runtime_error("rank 0 refused the rendezvous: " + text);
+}
+
+RendezvousConfig rendezvous_config_with_overrides(int rank, int world_size, const std::string& master_addr,
+                                                  int master_port, double timeout_seconds) {
+  RendezvousConfig r = rendezvous_config_from_env();
+  if (rank >= 0) r.rank = rank;
+  if (world_size >= 0) r.world_size = world_size;
+  if (master_port >= 0) r.master_port = master_port;
+  if (!master_addr.empty()) r.master_addr = master_addr;
+  r.timeout = milliseconds(int64_t(timeout_seconds * 1000));
+  if (r.world_size < 1 || r.rank < 0 || r.rank >= r.world_size)
+    throw std::invalid_argument("rank " + std::to_string(r.rank) + " is outside a world of " +
+                                std::to_string(r.world_size) + ": set RANK in [0, WORLD_SIZE)");
+  return r;
 }
 
 Rendezvous::Rendezvous(const RendezvousConfig& config)

@@ -24,6 +24,11 @@ struct RendezvousConfig {
 // Fills a config from MASTER_ADDR / MASTER_PORT / RANK / WORLD_SIZE (missing variables keep the
 // defaults: a single-rank job). Invalid values throw std::invalid_argument naming the variable.
 RendezvousConfig rendezvous_config_from_env();
+// The environment's config with a command line's overrides applied (rank, world_size and
+// master_port when >= 0, master_addr when not empty); timeout_seconds bounds every wait. Throws
+// std::invalid_argument when the rank is outside the world.
+RendezvousConfig rendezvous_config_with_overrides(int rank, int world_size, const std::string& master_addr,
+                                                  int master_port, double timeout_seconds);
 
 // A key-value store client. Keys are strings, values bytes. get() waits until the key exists
 // (or the timeout passes: std::runtime_error naming the key and who should have set it).

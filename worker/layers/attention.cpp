@@ -6,6 +6,7 @@
 #include <cmath>
 #include <limits>
 #include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "worker/precision_ops.h"
@@ -16,6 +17,12 @@ AttentionLayer::AttentionLayer(const LayerDesc& d, MemoryAccount* memory)
     : Layer(d), heads_(d.heads), causal_(d.causal) {
   if (d.children.size() != 2)
     throw std::invalid_argument("attention layer '" + d.name + "' needs two children (qkv, proj)");
+  const int64_t width = d.children[0].out / 3;  // A: the heads' width
+  if (d.heads < 1 || d.children[0].out % 3 != 0 || width % d.heads != 0 || d.children[1].in_shape.empty() ||
+      d.children[1].in_shape.back() != width)
+    throw std::invalid_argument("attention layer '" + d.name + "': qkv out " + std::to_string(d.children[0].out) +
+                                " must be 3 * heads * head size for " + std::to_string(d.heads) +
+                                " heads, and proj must take the heads' width (qkv out / 3) as input");
   qkv_ = std::make_unique<LinearLayer>(d.children[0], memory);
   proj_ = std::make_unique<LinearLayer>(d.children[1], memory);
 }
@@ -41,8 +48,9 @@ int64_t AttentionLayer::saved_bytes() const {
 // forward
 
 Tensor AttentionLayer::forward(const Tensor& x, StepContext& ctx) {
-  const int64_t B = x.dim(0), T = x.dim(1), C = x.dim(2), H = heads_, hs = C / H;
-  const Tensor qkv = qkv_->forward(x, ctx);  // (B, T, 3C)
+  const int64_t B = x.dim(0), T = x.dim(1);
+  const Tensor qkv = qkv_->forward(x, ctx);  // (B, T, 3C): C here is the heads' width A
+  const int64_t C = qkv.dim(2) / 3, H = heads_, hs = C / H;
   Tensor att = Tensor::empty({B, H, T, T}, Precision::FP32, ctx.memory, name() + " attention");
   Tensor out = Tensor::empty({B, T, C}, Precision::FP32, ctx.memory, name() + " heads output");
   const float scale = 1.0f / std::sqrt(float(hs));

@@ -47,6 +47,31 @@ int64_t LayerNormLayer::saved_bytes() const {
   return (xhat_.defined() ? xhat_.bytes() : 0) + (rstd_.defined() ? rstd_.bytes() : 0);
 }
 
+void layernorm_rows(const float* x, const float* weight, const float* bias, int64_t rows, int64_t C, float* y,
+                    float* xhat, float* rstd) {
+#pragma omp parallel for if (rows * C > (1 << 14))
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* xr = x + r * C;
+    float* yr = y + r * C;
+    float mean = 0.0f;
+    for (int64_t c = 0; c < C; ++c) mean += xr[c];
+    mean /= float(C);
+    float var = 0.0f;
+    for (int64_t c = 0; c < C; ++c) {
+      const float d = xr[c] - mean;
+      var += d * d;
+    }
+    var /= float(C);
+    const float s = 1.0f / std::sqrt(var + LayerNormLayer::EPS);
+    for (int64_t c = 0; c < C; ++c) {
+      const float n = (xr[c] - mean) * s;
+      yr[c] = n * weight[c] + bias[c];
+      if (xhat) xhat[r * C + c] = n;
+    }
+    if (rstd) rstd[r] = s;
+  }
+}
+
 Tensor LayerNormLayer::forward(const Tensor& x, StepContext& ctx) {
   check_batched(x, desc_.in_shape, name(), "input");
   const int64_t C = C_;
@@ -66,27 +91,7 @@ Tensor LayerNormLayer::forward(const Tensor& x, StepContext& ctx) {
   const float* w = weight_.value.f32();
   const float* bias = bias_.value.f32();
   float* yp = y.f32();
-#pragma omp parallel for if (x.numel() > (1 << 14))
-  for (int64_t r = 0; r < R; ++r) {
-    const float* xr = xp + r * C;
-    float* yr = yp + r * C;
-    float mean = 0.0f;
-    for (int64_t c = 0; c < C; ++c) mean += xr[c];
-    mean /= float(C);
-    float var = 0.0f;
-    for (int64_t c = 0; c < C; ++c) {
-      const float d = xr[c] - mean;
-      var += d * d;
-    }
-    var /= float(C);
-    const float s = 1.0f / std::sqrt(var + EPS);
-    for (int64_t c = 0; c < C; ++c) {
-      const float n = (xr[c] - mean) * s;
-      yr[c] = n * w[c] + bias[c];
-      if (xhat) xhat[r * C + c] = n;
-    }
-    if (rstd) rstd[r] = s;
-  }
+  layernorm_rows(xp, w, bias, R, C, yp, xhat, rstd);
   return y;
 }
 

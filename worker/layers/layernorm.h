@@ -10,6 +10,12 @@
 
 namespace qsync {
 
+// The forward over `rows` rows of C values, the one definition of the arithmetic (training and
+// tensor-parallel inference share it): y (rows, C); xhat (rows, C) and rstd (rows) are written
+// when not null.
+void layernorm_rows(const float* x, const float* weight, const float* bias, int64_t rows, int64_t C, float* y,
+                    float* xhat = nullptr, float* rstd = nullptr);
+
 class LayerNormLayer : public Layer {
  public:
   static constexpr float EPS = 1e-5f;

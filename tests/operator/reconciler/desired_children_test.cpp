@@ -96,6 +96,18 @@ TEST(DesiredChildren, RestrictedSecurityContext) {
   EXPECT_EQ(pod["spec"]["securityContext"]["runAsNonRoot"], true);
 }
 
+TEST(DesiredChildren, WorkerReportsItsCheckpointThroughTheTerminationMessage) {
+  const json obj = job_object();
+  const json pod = desired_pod(obj, api::hybrid_training_job_from_json(obj), cpu_rank(), 2, 0, {});
+  const json& container = pod["spec"]["containers"][0];
+  EXPECT_EQ(container["terminationMessagePath"], "/dev/termination-log");
+  EXPECT_EQ(container["terminationMessagePolicy"], "FallbackToLogsOnError");
+  const std::vector<std::string> cmd = container["command"].get<std::vector<std::string>>();
+  // the worker writes where the kubelet reads
+  EXPECT_TRUE(has_arg(cmd, "--termination-log", container["terminationMessagePath"].get<std::string>()));
+  EXPECT_TRUE(has_arg(cmd, "--resume"));
+}
+
 TEST(DesiredChildren, EveryChildIsControlledByTheJob) {
   const json obj = job_object();
   const api::HybridTrainingJob job = api::hybrid_training_job_from_json(obj);
@@ -147,6 +159,7 @@ TEST(DesiredChildren, WorkerCommandFollowsTheSpec) {
   EXPECT_FALSE(has_arg(cmd, "--epochs"));
   EXPECT_TRUE(has_arg(cmd, "--lr", "0.002"));
   EXPECT_TRUE(has_arg(cmd, "--optimizer", "adamw"));
+  EXPECT_TRUE(has_arg(cmd, "--lr-schedule", "cosine"));  // the CRD's default schedule
   EXPECT_TRUE(has_arg(cmd, "--metrics-port", "9100"));
   EXPECT_TRUE(has_arg(cmd, "--job-name", "mnist"));
   EXPECT_TRUE(has_arg(cmd, "--checkpoint-dir", "/var/lib/qsync/checkpoints/mnist"));
@@ -158,6 +171,11 @@ TEST(DesiredChildren, WorkerCommandFollowsTheSpec) {
   const json epochs = job_object({{"steps", nullptr}, {"epochs", 1.5}});
   const std::vector<std::string> ecmd = worker_command(api::hybrid_training_job_from_json(epochs), cpu_rank());
   EXPECT_TRUE(has_arg(ecmd, "--epochs", "1.5"));
+
+  const json constant = job_object({{"optimizer", {{"schedule", "constant"}, {"warmupSteps", 20}}}});
+  const std::vector<std::string> ccmd = worker_command(api::hybrid_training_job_from_json(constant), cpu_rank());
+  EXPECT_TRUE(has_arg(ccmd, "--lr-schedule", "constant"));
+  EXPECT_TRUE(has_arg(ccmd, "--warmup", "20"));
   EXPECT_FALSE(has_arg(ecmd, "--steps"));
 }
 

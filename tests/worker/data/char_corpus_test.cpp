@@ -1,6 +1,7 @@
 // File: tests/worker/data/char_corpus_test.cpp
 // Unit tests for worker/data/char_corpus.h: the 96-symbol vocabulary, encode/decode round trips,
-// the train/validation split and the errors for empty, short and missing files.
+// the train/validation split, folders of text files (name order, binary and *.u8 files skipped,
+// fortune's "%" separators as empty lines) and the errors for empty, short and missing inputs.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -108,9 +109,81 @@ TEST(CharCorpus, LoadsFilesAndNamesMissingOnes) {
 
   std::string e = error_of([&] { char_corpus_load(path.string(), 32); });
   EXPECT_NE(e.find(path.string() + ": cannot open"), std::string::npos) << e;
-  EXPECT_NE(e.find("--corpus FILE"), std::string::npos) << e;
-  e = error_of([] { char_corpus_load(fs::temp_directory_path().string(), 32); });
-  EXPECT_NE(e.find("is a folder"), std::string::npos) << e;
+  EXPECT_NE(e.find("--data"), std::string::npos) << e;
+}
+
+// A fresh folder under the temporary directory, removed with everything in it at the end.
+class TempFolder {
+ public:
+  TempFolder() : path_(fs::temp_directory_path() / ("qsync_char_corpus_dir_" + std::to_string(getpid()))) {
+    fs::remove_all(path_);
+    fs::create_directories(path_);
+  }
+  ~TempFolder() { fs::remove_all(path_); }
+  const fs::path& path() const { return path_; }
+  void write(const std::string& name, const std::string& bytes) const {
+    std::ofstream(path_ / name, std::ios::binary) << bytes;
+  }
+
+ private:
+  fs::path path_;
+};
+
+TEST(CharCorpus, FolderReadsTextFilesInNameOrderWithFortuneSeparatorsAsEmptyLines) {
+  TempFolder dir;
+  // Written out of name order; "b" ends without a newline, "c" with one.
+  dir.write("c", "Third file.\n");
+  dir.write("a", "First quote.\n%\nSecond quote,\n  two lines.\n%\n");
+  dir.write("b", "50% off\n%%\n %\nno newline at the end");
+  std::string index(64, '\0');  // like fortune's a.dat: binary, skipped
+  index += "text after the NUL";
+  dir.write("a.dat", index);
+  dir.write("a.u8", "the UTF-8 copy, skipped\n");
+  fs::create_directories(dir.path() / "sub");  // subfolders are not read
+  std::ofstream(dir.path() / "sub" / "d", std::ios::binary) << "in a subfolder\n";
+
+  const std::string want =
+      "First quote.\n\nSecond quote,\n  two lines.\n\n"  // a, each "%" line now empty
+      "\n"                                                    // between a and b
+      "50% off\n%%\n %\nno newline at the end"              // b: only exact "%" lines change
+      "\n"                                                    // between b and c
+      "Third file.\n";                                        // c
+  CharCorpus c = char_corpus_load(dir.path().string(), 8, 0.0);
+  EXPECT_EQ(char_decode(c.train), want);
+  EXPECT_EQ(c.source, dir.path().string());
+  ASSERT_EQ(c.files.size(), size_t(3));
+  EXPECT_EQ(fs::path(c.files[0]).filename(), "a");
+  EXPECT_EQ(fs::path(c.files[1]).filename(), "b");
+  EXPECT_EQ(fs::path(c.files[2]).filename(), "c");
+  EXPECT_EQ(c.bytes_read, int64_t(want.size()));
+  EXPECT_EQ(c.bytes_dropped, 0);
+
+  // The same mapping and split as the text itself; loading twice gives the same tokens.
+  CharCorpus split = char_corpus_load(dir.path().string(), 8, 0.25);
+  CharCorpus from_text = char_corpus_from_text(want, 8, 0.25);
+  EXPECT_EQ(split.train, from_text.train);
+  EXPECT_EQ(split.validation, from_text.validation);
+  EXPECT_EQ(char_corpus_load(dir.path().string(), 8, 0.25).train, split.train);
+
+  // A single file is read as it is: its "%" lines stay.
+  CharCorpus one = char_corpus_load((dir.path() / "a").string(), 8, 0.0);
+  EXPECT_EQ(char_decode(one.train), "First quote.\n%\nSecond quote,\n  two lines.\n%\n");
+  ASSERT_EQ(one.files.size(), size_t(1));
+}
+
+TEST(CharCorpus, FolderWithoutTextFilesGivesAClearError) {
+  TempFolder dir;
+  std::string e = error_of([&] { char_corpus_load(dir.path().string(), 8); });
+  EXPECT_NE(e.find(dir.path().string() + ": the folder holds no text file (0 binary or *.u8 files skipped"),
+            std::string::npos) << e;
+  dir.write("x.dat", std::string("\x01\x00\x02", 3));
+  dir.write("x.u8", "utf-8 copy\n");
+  e = error_of([&] { char_corpus_load(dir.path().string(), 8); });
+  EXPECT_NE(e.find("(2 binary or *.u8 files skipped"), std::string::npos) << e;
+  EXPECT_NE(e.find("--data"), std::string::npos) << e;
+  dir.write("short", "tiny\n");  // a text file, but too short for one window
+  e = error_of([&] { char_corpus_load(dir.path().string(), 8, 0.0); });
+  EXPECT_NE(e.find("the training part has 5 characters"), std::string::npos) << e;
 }
 
 }  // namespace

@@ -1,0 +1,236 @@
+// File: worker/tp/spd_plan_command.cpp
+// `qsync-worker spd-plan`: flags, then load the model and calibration text, measure the
+// sensitivities, classify, select the drop set with recovery, predict the decode latency, write the
+// plan (and the distilled weights beside it) and print the report. See spd_plan_command.h.
+#include "worker/tp/spd_plan_command.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <stdexcept>
+
+#include "kernels/device_class.h"
+#include "planner/cli_args.h"
+#include "planner/model_desc.h"
+#include "worker/data/char_corpus.h"
+#include "worker/tp/spd_latency.h"
+#include "worker/tp/spd_sensitivity.h"
+
+namespace qsync {
+
+const char* SPD_PLAN_USAGE =
+    "usage: qsync-worker spd-plan --model FILE|NAME --checkpoint C --tp N --data TEXT --out PLAN.json\n"
+    "         [--budget ppl:1%|ppl:0.01|acc:0.5%] [--tau1 X] [--tau2 Y]\n"
+    "         [--strategy zero-shot|distill|head-group|auto] [--windows N (0: all)] [--window T]\n"
+    "         [--allreduce-us X | --comm-profile FILE] [--link 50us,10GB/s]\n"
+    "         [--distill-epochs N] [--distill-lr X] [--threads N] [--device-class C] [--quiet]\n"
+    "  Sync-Point Drop plan: block sensitivities on the text's training split, the drop set under the\n"
+    "  budget (recovered by distillation / head grouping as --strategy allows), predicted decode latency.\n";
+
+SpdPlanConfig spd_plan_parse_args(int argc, char** argv) {
+  SpdPlanConfig c;
+  auto positive = [](const std::string& flag, int64_t v, int64_t min) {
+    if (v < min) throw std::invalid_argument(flag + " must be at least " + std::to_string(min) + ", got " + std::to_string(v));
+    return v;
+  };
+  std::map<std::string, std::function<void(const std::string&)>> with_value = {
+      {"--model", [&](const std::string& v) { c.model = v; }},
+      {"--checkpoint", [&](const std::string& v) { c.checkpoint = v; }},
+      {"--tp", [&](const std::string& v) { c.tp = int(positive("--tp", parse_int_flag("--tp", v), 1)); }},
+      {"--data", [&](const std::string& v) { c.data = v; }},
+      {"--budget", [&](const std::string& v) {
+         (void)spd_budget_parse(v);  // refused here, naming the forms
+         c.budget = v;
+       }},
+      {"--tau1", [&](const std::string& v) { c.tau1 = parse_double_flag("--tau1", v); }},
+      {"--tau2", [&](const std::string& v) { c.tau2 = parse_double_flag("--tau2", v); }},
+      {"--strategy", [&](const std::string& v) {
+         (void)spd_strategy_limit_from_name(v);
+         c.strategy = v;
+       }},
+      {"--windows", [&](const std::string& v) { c.windows = positive("--windows", parse_int_flag("--windows", v), 0); }},
+      {"--window", [&](const std::string& v) { c.window = positive("--window", parse_int_flag("--window", v), 1); }},
+      {"--allreduce-us", [&](const std::string& v) {
+         c.allreduce_us = parse_double_flag("--allreduce-us", v);
+         if (!(c.allreduce_us >= 0)) throw std::invalid_argument("--allreduce-us must be >= 0 microseconds, got " + v);
+       }},
+      {"--comm-profile", [&](const std::string& v) { c.comm_profile = v; }},
+      {"--link", [&](const std::string& v) { c.link = v; }},
+      {"--distill-epochs", [&](const std::string& v) {
+         c.distill_epochs = positive("--distill-epochs", parse_int_flag("--distill-epochs", v), 1);
+       }},
+      {"--distill-lr", [&](const std::string& v) {
+         c.distill_lr = parse_double_flag("--distill-lr", v);
+         if (!(c.distill_lr > 0)) throw std::invalid_argument("--distill-lr must be positive, got " + v);
+       }},
+      {"--out", [&](const std::string& v) { c.out = v; }},
+      {"--threads", [&](const std::string& v) { c.threads = int(positive("--threads", parse_int_flag("--threads", v), 1)); }},
+      {"--device-class", [&](const std::string& v) { c.device_class = v; }},
+  };
+  for (int i = 0; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--quiet") {
+      c.quiet = true;
+    } else if (auto it = with_value.find(a); it != with_value.end()) {
+      if (i + 1 >= argc) throw std::invalid_argument(a + " needs a value\n" + SPD_PLAN_USAGE);
+      it->second(argv[++i]);
+    } else {
+      throw std::invalid_argument("spd-plan: unknown argument '" + a + "'\n" + SPD_PLAN_USAGE);
+    }
+  }
+  for (const auto& [flag, value] : {std::pair<const char*, const std::string*>{"--model", &c.model},
+                                    {"--checkpoint", &c.checkpoint}, {"--data", &c.data}, {"--out", &c.out}})
+    if (value->empty()) throw std::invalid_argument(std::string("spd-plan: ") + flag + " is required\n" + SPD_PLAN_USAGE);
+  if (c.allreduce_us >= 0 && !c.comm_profile.empty())
+    throw std::invalid_argument("spd-plan: give the all-reduce cost once: --allreduce-us or --comm-profile, not both");
+  return c;
+}
+
+namespace {
+
+// "<plan folder>/<plan stem>.spd-weights.qtw"
+std::filesystem::path weights_path_beside(const std::string& plan) {
+  const std::filesystem::path p(plan);
+  return p.parent_path() / (p.stem().string() + ".spd-weights.qtw");
+}
+
+void print_report(const SpdPlan& plan, const SpdSensitivity& s, const SpdSelection& sel, const SpdAllreduceCost& cost,
+                  const std::string& strategy, const std::string& weights_file) {
+  std::printf("SPD sensitivity (calibration perplexity: TP %.4f, SPD on every block %.4f; tau1 %.4g, tau2 %.4g)\n",
+              s.tp.perplexity, s.all_spd.perplexity, plan.tau1, plan.tau2);
+  std::printf("  %5s %12s %12s  %-20s %s\n", "block", "progressive", "alone", "class", "plan");
+  for (const SpdBlockSensitivity& b : plan.sensitivity) {
+    std::string decision = "sync kept";
+    for (const SpdDroppedBlock& d : plan.dropped)
+      if (d.block == b.block) decision = std::string("dropped, ") + spd_strategy_name(d.strategy);
+    std::printf("  %5lld %12.5f %12.5f  %-20s %s\n", static_cast<long long>(b.block), b.progressive, b.alone,
+                spd_block_class_name(b.block_class), decision.c_str());
+  }
+  std::printf("Selection (--strategy %s), in the order tried:\n", strategy.c_str());
+  for (const SpdAttempt& a : sel.attempts) {
+    std::printf("  block %lld %-13s perplexity %.4f accuracy %.4f  %s", static_cast<long long>(a.block),
+                spd_strategy_name(a.strategy), a.quality.perplexity, a.quality.accuracy,
+                a.accepted ? "within budget: dropped" : "over budget");
+    if (a.strategy != SpdStrategy::ZERO_SHOT)
+      std::printf("  (distillation MSE %.3g -> %.3g held out, %lld steps)", a.distill.heldout_mse_before,
+                  a.distill.heldout_mse_after, static_cast<long long>(a.distill.steps));
+    if (a.strategy == SpdStrategy::HEAD_GROUPED)
+      std::printf("  (head distance %.3g vs contiguous %.3g)", a.within_rank_distance, a.contiguous_distance);
+    std::printf("\n");
+  }
+  std::printf("Calibration: perplexity TP %.4f -> planned %.4f (%+.2f%%), accuracy %.4f -> %.4f (%+.2f points)\n",
+              plan.perplexity_tp, plan.perplexity_planned, 100.0 * (plan.perplexity_planned / plan.perplexity_tp - 1.0),
+              plan.accuracy_tp, plan.accuracy_planned, 100.0 * (plan.accuracy_planned - plan.accuracy_tp));
+  std::printf("Predicted decode (TP %d): all-reduce %.1f us [%s], block compute %.1f us per rank;\n", plan.tp_degree,
+              plan.allreduce_seconds * 1e6, cost.source.c_str(), plan.block_compute_seconds * 1e6);
+  std::printf("  token %.1f us with every sync -> %.1f us planned (%zu of %lld blocks dropped): saving %.1f%%\n",
+              plan.decode_token_seconds_tp * 1e6, plan.decode_token_seconds_planned * 1e6, plan.dropped.size(),
+              static_cast<long long>(plan.blocks), 100.0 * plan.saving);
+  if (!weights_file.empty()) std::printf("Distilled weights: %s\n", weights_file.c_str());
+}
+
+// The calibration text from the training split. A corpus such as the fortunes is many files of
+// different styles one after the other, so a prefix would be one file: `cal.windows` windows are
+// spread evenly over the split instead, each followed by one window for the recovery inputs
+// (distillation and head grouping fit those; the budget is measured on the others, on text the
+// recovered blocks were not trained on). The windows are concatenated: the last position of
+// each scores the next window's first character (1 position in `window`, alike for TP and SPD).
+// With --windows 0, or a split too short to space them, the split's first and second halves.
+void spread_calibration_windows(const std::vector<int32_t>& train, SpdCalibration& cal) {
+  const size_t window = size_t(cal.window);
+  const size_t slots = 2 * size_t(std::max<int64_t>(cal.windows, 0));
+  const size_t stride = slots > 0 ? train.size() / slots : 0;
+  if (slots == 0 || stride <= window) {
+    const size_t half = train.size() / 2;
+    cal.tokens.assign(train.begin(), train.begin() + std::ptrdiff_t(half));
+    cal.recovery_tokens.assign(train.begin() + std::ptrdiff_t(half), train.end());
+    return;
+  }
+  for (size_t slot = 0; slot < slots; ++slot) {
+    std::vector<int32_t>& out = slot % 2 == 0 ? cal.tokens : cal.recovery_tokens;
+    const auto first = train.begin() + std::ptrdiff_t(slot * stride);
+    out.insert(out.end(), first, first + std::ptrdiff_t(window));
+  }
+  // The last window's last position needs the character after it.
+  cal.tokens.push_back(train[(slots - 2) * stride + window]);
+  cal.recovery_tokens.push_back(train[(slots - 1) * stride + window]);
+}
+
+}  // namespace
+
+SpdPlan spd_plan_run(const SpdPlanConfig& c) {
+  const SpdBudget budget = spd_budget_parse(c.budget);
+  const SpdStrategyLimit limit = spd_strategy_limit_from_name(c.strategy);
+  const DeviceClass& device = c.device_class.empty() ? device_class_fallback(device_class_by_name("cpu-amx"))
+                                                     : device_class_by_name(c.device_class);
+  device_class_activate(device, c.threads);
+
+  const ModelDesc desc = model_desc_find(c.model);
+  const TransformerWeights weights = transformer_weights_load(c.model, c.checkpoint);
+  const TpLayout layout = tp_layout_contiguous(weights, c.tp);  // the error for a degree that does not divide
+  const int64_t L = int64_t(weights.blocks.size());
+  SpdCalibration cal;
+  cal.window = c.window > 0 ? c.window : weights.max_tokens;
+  if (cal.window > weights.max_tokens)
+    throw std::invalid_argument("--window " + std::to_string(cal.window) + " is longer than the model's context (" +
+                                std::to_string(weights.max_tokens) + " tokens); pass at most that");
+  cal.windows = c.windows;
+  const std::vector<int32_t> train = char_corpus_load(c.data, cal.window, 0.1).train;
+  spread_calibration_windows(train, cal);
+
+  SpdSensitivity s = spd_measure_sensitivity(weights, layout, cal);
+  SpdThresholds t = spd_default_thresholds(budget, s.tp.perplexity, L);
+  if (c.tau1) t.tau1 = *c.tau1;
+  if (c.tau2) t.tau2 = *c.tau2;
+  spd_classify_blocks(s.blocks, t.tau1, t.tau2);
+  DistillConfig distill;
+  distill.epochs = c.distill_epochs;
+  distill.lr = c.distill_lr;
+  const SpdSelection sel = spd_select_blocks(weights, layout, cal, s.blocks, budget, s.tp, limit, distill);
+
+  SpdPlan plan;
+  plan.model = desc.name;
+  plan.model_hash = desc.hash;
+  plan.tp_degree = c.tp;
+  plan.blocks = L;
+  plan.budget = budget;
+  plan.tau1 = t.tau1;
+  plan.tau2 = t.tau2;
+  plan.sensitivity = s.blocks;
+  plan.dropped = sel.dropped;
+  if (sel.layout_changed) {
+    plan.heads_of_rank = sel.layout.heads_of_rank;
+    plan.mlp_slice_of_rank = sel.layout.mlp_slice_of_rank;
+  }
+  plan.perplexity_tp = s.tp.perplexity;
+  plan.accuracy_tp = s.tp.accuracy;
+  plan.perplexity_planned = sel.planned.perplexity;
+  plan.accuracy_planned = sel.planned.accuracy;
+
+  const SpdAllreduceCost cost = spd_allreduce_cost(c.allreduce_us, c.comm_profile, c.link, weights.width, c.tp);
+  const SpdDecodePrediction p =
+      spd_predict_decode(spd_time_decode(sel.weights, sel.layout), cost.seconds, L, int64_t(sel.dropped.size()));
+  plan.allreduce_seconds = p.allreduce_seconds;
+  plan.block_compute_seconds = p.block_compute_seconds;
+  plan.decode_token_seconds_tp = p.decode_token_seconds_tp;
+  plan.decode_token_seconds_planned = p.decode_token_seconds_planned;
+  plan.saving = p.saving;
+
+  std::string weights_file;
+  if (sel.weights_changed) {
+    const std::filesystem::path w = weights_path_beside(c.out);
+    transformer_weights_save(sel.weights, w.string());
+    plan.weights = w.filename().string();  // relative to the plan's folder
+    weights_file = w.string();
+  }
+  spd_plan_write(plan, c.out);
+  if (!c.quiet) {
+    print_report(plan, s, sel, cost, c.strategy, weights_file);
+    std::printf("Plan: %s\n", c.out.c_str());
+  }
+  return plan;
+}
+
+}  // namespace qsync
