@@ -74,8 +74,8 @@ Matmul matmul_create(const MatmulKey& key) {
   const auto b = matrix_desc(key.k, key.n, key.b_type, key.tb, key.ldb);
   const auto c = matrix_desc(key.m, key.n, dt::f32, false, key.ldc);
   dnnl::primitive_attr attr;
-  // Each call brings its own scratchpad: the same cached primitive may run on several threads at
-  // once (tensor-parallel ranks as threads), and a library-owned scratchpad is shared.
+  // The caller brings the scratchpad (one per thread): the same cached primitive may run on several
+  // threads at once (tensor-parallel ranks as threads), and a library-owned scratchpad is shared.
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
   if (key.scale_mask >= 0) attr.set_output_scales(key.scale_mask, {DNNL_RUNTIME_F32_VAL});
   if (key.a_zero_point) attr.set_zero_points(DNNL_ARG_SRC, 0, {DNNL_RUNTIME_S32_VAL});
@@ -301,8 +301,11 @@ class GemmBackendOnednn final : public GemmBackend {
       const memory::desc zd({1}, dt::s32, memory::dims{1});
       args.emplace(DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_SRC, memory(zd, eng, &src_zero_point));
     }
-    std::vector<uint8_t> scratchpad(mm.pd.scratchpad_desc().get_size());
-    if (!scratchpad.empty()) args.emplace(DNNL_ARG_SCRATCHPAD, memory(mm.pd.scratchpad_desc(), eng, scratchpad.data()));
+    // This thread's scratchpad, grown to the largest any call of it needed (never shared).
+    thread_local std::vector<uint8_t> scratchpad;
+    const size_t scratch_bytes = mm.pd.scratchpad_desc().get_size();
+    if (scratchpad.size() < scratch_bytes) scratchpad.resize(scratch_bytes);
+    if (scratch_bytes > 0) args.emplace(DNNL_ARG_SCRATCHPAD, memory(mm.pd.scratchpad_desc(), eng, scratchpad.data()));
     mm.prim.execute(stream, args);
     stream.wait();
 
