@@ -29,6 +29,33 @@ std::vector<std::pair<std::string, Tensor*>> named_tensors(const Model& model, O
   return out;
 }
 
+// Magic, version, the meta, the optimizer and its update count: everything before the tensors.
+struct Header {
+  CheckpointMeta meta;
+  OptimizerKind optimizer = OptimizerKind::ADAMW;
+  int64_t updates = 0;
+};
+
+Header read_header(ByteReader& r, const std::string& path) {
+  char magic[8];
+  r.get_bytes(magic, sizeof magic);
+  if (std::memcmp(magic, MAGIC, sizeof magic) != 0)
+    throw std::runtime_error(path + " is not a QSync checkpoint (bad magic)");
+  const auto version = r.get<uint32_t>();
+  if (version != CHECKPOINT_VERSION)
+    throw std::runtime_error("checkpoint " + path + " has version " + std::to_string(version) + ", this worker reads " +
+                             std::to_string(CHECKPOINT_VERSION));
+  Header h;
+  h.meta.model_hash = r.get<uint64_t>();
+  h.meta.step = r.get<int64_t>();
+  h.meta.data_epoch = r.get<int64_t>();
+  h.meta.data_index = r.get<int64_t>();
+  h.meta.seed = r.get<uint64_t>();
+  h.optimizer = OptimizerKind(r.get<uint32_t>());
+  h.updates = r.get<int64_t>();
+  return h;
+}
+
 }  // namespace
 
 std::string checkpoint_path(const std::string& dir) { return dir + "/latest.qckpt"; }
@@ -59,25 +86,19 @@ void checkpoint_save(const std::string& path, const Model& model, Optimizer& opt
 // Reads the whole layout first (a truncated file is caught there, with the sizes), then checks
 // the checksum, then the model, optimizer and tensor names; `model` and `opt` change only once
 // every check has passed.
+OptimizerKind checkpoint_optimizer_kind(const std::string& path) {
+  const std::string bytes = file_read_all(path);
+  ByteReader r(bytes, "checkpoint " + path, "delete it or restore a complete copy");
+  return read_header(r, path).optimizer;
+}
+
 CheckpointMeta checkpoint_load(const std::string& path, Model& model, Optimizer& opt) {
   const std::string bytes = file_read_all(path);
   ByteReader r(bytes, "checkpoint " + path, "delete it or restore a complete copy");
-  char magic[8];
-  r.get_bytes(magic, sizeof magic);
-  if (std::memcmp(magic, MAGIC, sizeof magic) != 0)
-    throw std::runtime_error(path + " is not a QSync checkpoint (bad magic)");
-  const auto version = r.get<uint32_t>();
-  if (version != CHECKPOINT_VERSION)
-    throw std::runtime_error("checkpoint " + path + " has version " + std::to_string(version) + ", this worker reads " +
-                             std::to_string(CHECKPOINT_VERSION));
-  CheckpointMeta meta;
-  meta.model_hash = r.get<uint64_t>();
-  meta.step = r.get<int64_t>();
-  meta.data_epoch = r.get<int64_t>();
-  meta.data_index = r.get<int64_t>();
-  meta.seed = r.get<uint64_t>();
-  const auto kind = r.get<uint32_t>();
-  const auto updates = r.get<int64_t>();
+  const Header header = read_header(r, path);
+  const CheckpointMeta& meta = header.meta;
+  const auto kind = uint32_t(header.optimizer);
+  const auto updates = header.updates;
   const auto count = r.get<uint32_t>();
   struct Record {
     std::string name;

@@ -27,5 +27,8 @@ std::string checkpoint_path(const std::string& dir);
 void checkpoint_save(const std::string& path, const Model& model, Optimizer& opt, const CheckpointMeta& meta);
 // Restores weights and optimizer state into `model`/`opt`; returns the meta.
 CheckpointMeta checkpoint_load(const std::string& path, Model& model, Optimizer& opt);
+// The optimizer a checkpoint was written with (checkpoint_load needs an optimizer of that kind).
+// Throws as checkpoint_load does for a file that is not a readable checkpoint.
+OptimizerKind checkpoint_optimizer_kind(const std::string& path);
 
 }  // namespace qsync

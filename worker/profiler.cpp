@@ -19,6 +19,7 @@
 #include "planner/replayer.h"
 #include "worker/data/batch_loader.h"
 #include "worker/loss.h"
+#include "worker/median.h"
 #include "worker/model.h"
 #include "worker/precision_ops.h"
 #include "worker/train_data.h"
@@ -29,14 +30,6 @@ namespace {
 double now_seconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
-
-double median_of(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 
 std::string cpu_model_name() {
   std::ifstream in("/proc/cpuinfo");

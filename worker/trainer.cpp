@@ -20,6 +20,7 @@
 #include "worker/dist/collectives.h"
 #include "worker/dist/link_model.h"
 #include "worker/loss.h"
+#include "worker/median.h"
 #include "worker/model.h"
 #include "worker/precision_ops.h"
 #include "worker/op_time_table.h"
@@ -36,18 +37,11 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-double median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
 Shape batch_shape(const ModelDesc& m, int64_t batch) {
   Shape s = m.input_shape;
   s.insert(s.begin(), batch);
   return s;
 }
-
 
 RankPlan load_plan(const TrainConfig& c, const ModelDesc& m) {
   if (!c.plan_path.empty()) {
@@ -313,10 +307,10 @@ TrainSummary train_run_reporting(const TrainConfig& c, TerminationReport& report
     if (metrics) metrics->set_test_accuracy(e.accuracy);
     if (c.eval_every > 0) events.eval(step, e);  // the curve's last point
   }
-  s.median_step_seconds = median(step_seconds);
-  s.median_compute_seconds = median(compute_seconds);
-  s.median_wait_seconds = median(wait_seconds);
-  s.median_allreduce_seconds = median(allreduce_seconds);
+  s.median_step_seconds = median_of(step_seconds);
+  s.median_compute_seconds = median_of(compute_seconds);
+  s.median_wait_seconds = median_of(wait_seconds);
+  s.median_allreduce_seconds = median_of(allreduce_seconds);
   s.samples_per_second = s.median_step_seconds > 0 ? double(global_batch) / s.median_step_seconds : 0;
   s.wall_seconds = seconds_since(wall0);
   events.done(s);

@@ -25,16 +25,11 @@
 #include "worker/data/char_corpus.h"
 #include "worker/dist/collectives.h"
 #include "worker/dist/link_model.h"
+#include "worker/median.h"
 #include "worker/tp/tp_transformer.h"
 
 namespace qsync {
 namespace {
-
-double median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
 
 RendezvousConfig rendezvous_for(const InferConfig& c) {
   return rendezvous_config_with_overrides(c.rank, c.world_size, c.master_addr, c.master_port,
@@ -252,10 +247,10 @@ InferSummary infer_run(const InferConfig& c) {
     }
     if (rep == 0) generated = out;
   }
-  s.prefill_seconds = median(prefill);
-  s.prefill_allreduce_seconds = median(prefill_ar);
-  s.decode_token_seconds = median(decode);
-  s.decode_allreduce_seconds = median(decode_ar);
+  s.prefill_seconds = median_of(prefill);
+  s.prefill_allreduce_seconds = median_of(prefill_ar);
+  s.decode_token_seconds = median_of(decode);
+  s.decode_allreduce_seconds = median_of(decode_ar);
   s.new_tokens = int64_t(generated.size());
   s.generated_text = char_decode(generated);
 

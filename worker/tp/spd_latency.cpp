@@ -12,6 +12,7 @@
 
 #include "planner/device_profile.h"
 #include "worker/dist/link_model.h"
+#include "worker/median.h"
 #include "worker/tp/tp_transformer.h"
 
 namespace qsync {
@@ -19,13 +20,6 @@ namespace {
 
 double now_seconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-double median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 std::string microseconds(double seconds) {
@@ -57,9 +51,9 @@ SpdDecodeTiming spd_time_decode(const TransformerWeights& weights, const TpLayou
   }
   SpdDecodeTiming timing;
   timing.tokens = int64_t(token_times.size());
-  timing.token_seconds = median(token_times);
+  timing.token_seconds = median_of(token_times);
   // With one block there is no next block to end its interval: the token's time stands for it.
-  timing.block_seconds = L > 1 ? median(block_times) : timing.token_seconds;
+  timing.block_seconds = L > 1 ? median_of(block_times) : timing.token_seconds;
   return timing;
 }
 

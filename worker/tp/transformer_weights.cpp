@@ -110,18 +110,6 @@ BlockWeights block_from(const LayerDesc& block, const ParameterTable& params, in
   return b;
 }
 
-// The optimizer kind a checkpoint was written with: the u32 after magic (8), version (4),
-// model hash (8) and four 8-byte fields (worker/checkpoint.cpp's layout). checkpoint_load needs
-// an optimizer of that kind to accept the file; its state is discarded here.
-OptimizerKind checkpoint_optimizer_kind(const std::string& path) {
-  const std::string bytes = file_read_all(path);
-  constexpr size_t KIND_OFFSET = 8 + 4 + 8 + 4 * 8;
-  uint32_t kind = 0;
-  if (bytes.size() < KIND_OFFSET + sizeof kind) return OptimizerKind::ADAMW;  // checkpoint_load names the damage
-  std::memcpy(&kind, bytes.data() + KIND_OFFSET, sizeof kind);
-  return kind == uint32_t(OptimizerKind::SGD) ? OptimizerKind::SGD : OptimizerKind::ADAMW;
-}
-
 }  // namespace
 
 TransformerWeights transformer_weights_from_model(const Model& model) {
