@@ -3,7 +3,7 @@
 // size, between N local ranks over loopback TCP (forked processes). Not a test: medians of
 // repeated calls. Bus bandwidth = bytes * 2(N-1)/N / time, the ring's per-link traffic.
 // --comm-profile FILE writes the planner's communication profile (planner/device_profile.h):
-// seconds = alpha + beta * bytes fitted by least squares (fit_linear_cost) over the medians.
+// seconds = alpha + beta * bytes fitted to relative errors (fit_linear_cost_relative) over the medians.
 // --link SPEC (worker/dist/link_model.h, e.g. 50us,10GB/s) also times every size through a second
 // Gloo instance wrapped in the slow-link emulation, so the table shows the emulated link beside
 // loopback (and the model's own figure); the comm profile is then fitted to the emulated column.
@@ -27,6 +27,7 @@
 
 #include "planner/device_profile.h"
 #include "worker/dist/collectives.h"
+#include "runner/cpu_pinning.h"
 #include "worker/dist/link_model.h"
 
 namespace {
@@ -52,6 +53,29 @@ double median_all_reduce_seconds(qsync::Collectives& coll, std::vector<float>& d
     const auto t0 = std::chrono::steady_clock::now();
     coll.all_reduce_sum(data.data(), int64_t(data.size()));
     t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+// Median seconds of a small all-reduce on the rank that arrives last, after its peers have idled
+// in the call for `skew` (it computes meanwhile): the wake-up latency of a synchronization point
+// whose participants arrive apart, as a training step's do (its idle peers' CPUs must be woken:
+// on this virtual machine an idle CPU halts at once). The late rank rotates every call.
+double median_late_arrival_seconds(qsync::Collectives& coll, int rank, int ranks, std::chrono::microseconds skew, int reps) {
+  std::vector<float> data(8, 1.0f);
+  std::vector<double> t;
+  for (int r = 0; r < reps * ranks; ++r) {
+    coll.barrier();
+    const bool late = r % ranks == rank;
+    if (late) {  // busy, as compute is: this CPU stays awake while the peers' CPUs idle
+      const auto until = std::chrono::steady_clock::now() + skew;
+      while (std::chrono::steady_clock::now() < until) {
+      }
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    coll.all_reduce_sum(data.data(), int64_t(data.size()));
+    if (late) t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   }
   std::sort(t.begin(), t.end());
   return t[t.size() / 2];
@@ -87,6 +111,13 @@ int run_rank(int rank, int ranks, int port, int reps, int64_t max_bytes, const q
     }
     rows.push_back(row);
   }
+  // The cost of a synchronization point whose ranks arrive apart (the ranks' medians, averaged).
+  auto mean_over_ranks = [&](double v) {
+    coll->all_reduce_sum(&v, 1);
+    return v / ranks;
+  };
+  const double late_sync = mean_over_ranks(median_late_arrival_seconds(*coll, rank, ranks, std::chrono::milliseconds(3), reps));
+  if (rank == 0) std::ofstream(out_path + ".late") << nlohmann::json{{"late_sync_seconds", late_sync}}.dump();
   if (rank == 0) std::ofstream(out_path) << rows.dump();
   return 0;
 }
@@ -126,11 +157,14 @@ int main(int argc, char** argv) {
   char tmp[] = "/tmp/qsync-allreduce-XXXXXX";
   const int fd = mkstemp(tmp);
   close(fd);
+  // Each rank on a CPU of its own when they fit, as `qsync run` runs a job (runner/cpu_pinning.h).
+  const qsync::CpuAssignment cpus = qsync::assign_rank_cpus(std::vector<int>(size_t(ranks), 1), qsync::affinity_cpus());
   std::vector<pid_t> pids;
   for (int r = 0; r < ranks; ++r) {
     const pid_t pid = fork();
     if (pid == 0) {
       try {
+        if (!cpus.per_rank.empty()) qsync::pin_to_cpus(cpus.per_rank[size_t(r)]);
         _exit(run_rank(r, ranks, port, reps, max_mib << 20, link, tmp));
       } catch (const std::exception& e) {
         std::fprintf(stderr, "rank %d: %s\n", r, e.what());
@@ -152,6 +186,10 @@ int main(int argc, char** argv) {
   std::ifstream in(tmp);
   const nlohmann::json rows = nlohmann::json::parse(in);
   unlink(tmp);
+  const std::string late_path = std::string(tmp) + ".late";
+  std::ifstream late_in(late_path);
+  const nlohmann::json late = nlohmann::json::parse(late_in);
+  unlink(late_path.c_str());
   std::printf("Gloo all-reduce (sum, fp32), %d ranks over loopback TCP, median of %d\n", ranks, reps);
   if (link.enabled()) {
     std::printf("link: emulated %s (model: 2(N-1) latency + 2(N-1)/N bytes / bandwidth) beside loopback\n",
@@ -170,6 +208,8 @@ int main(int argc, char** argv) {
     }
     std::printf("\n");
   }
+  std::printf("ranks arriving apart (%s): a small all-reduce costs the last rank %.1f us after its peers idled 3 ms\n",
+              cpus.per_rank.empty() ? "not pinned" : "each rank on a CPU of its own", late["late_sync_seconds"].get<double>() * 1e6);
   if (!json_path.empty()) {
     std::ofstream(json_path) << nlohmann::json{{"ranks", ranks}, {"link", link.describe()}, {"rows", rows}}.dump(2)
                              << "\n";
@@ -181,14 +221,15 @@ int main(int argc, char** argv) {
       bytes.push_back(r["bytes"].get<int64_t>());
       seconds.push_back(r[link.enabled() ? "link_median_seconds" : "median_seconds"].get<double>());
     }
-    const qsync::LinearCost fit = qsync::fit_linear_cost(bytes, seconds);
+    const qsync::LinearCost fit = qsync::fit_linear_cost_relative(bytes, seconds);
     qsync::CommProfile c;
     c.world_size = ranks;
     c.alpha = fit.b;
     c.beta = fit.a;
+    c.late_sync_seconds = late["late_sync_seconds"].get<double>();
     c.source = "measured: Gloo all-reduce (sum, fp32) of " + std::to_string(ranks) + " ranks over loopback TCP" +
                (link.enabled() ? " through the emulated link " + link.describe() : std::string()) + ", median of " + std::to_string(reps) + " per size, 4 B to " +
-               std::to_string(max_mib) + " MiB, least-squares fit";
+               std::to_string(max_mib) + " MiB, least squares of relative errors";
     qsync::comm_profile_write(comm_path, c);
     std::printf("comm profile: alpha %.1f us, beta %.3f ns/byte (%.2f GB/s) -> %s\n", c.alpha * 1e6, c.beta * 1e9,
                 c.beta > 0 ? 1e-9 / c.beta : 0.0, comm_path.c_str());

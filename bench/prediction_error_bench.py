@@ -4,13 +4,18 @@ hybrid pool (cpu-amx, or the class it falls back to here, beside cpu-avx2), the 
 replayer predicts from the measured profiles against the median step time `qsync run` measures.
 
     bench/prediction_error_bench.py [--models mlp,cnn,vit,char-gpt] [--plans uniform,weak-int8-all,exact]
-                                    [--json FILE]
+                                    [--rounds 3] [--json FILE]
 
-Profiles, the all-reduce profile and calibration statistics are measured once per model into a
-shared directory (as `qsync run` does), then each configuration trains for a short run and
-reports rank 0's median step (every rank waits for the same all-reduces, so the ranks' medians
-agree within a millisecond). Error = (predicted - measured) / measured. Run it on a quiet
-machine: two one-thread workers use both cores.
+Each configuration trains for a short run and reports rank 0's median step (every rank waits for
+the same all-reduces, so the ranks' medians agree within a millisecond). `qsync run` pins each
+rank to a CPU of its own and measures each class's profile on its rank's CPU. This machine's
+speed drifts (a virtual machine: the same profile measured a minute apart differs by up to 30%,
+and its two CPUs are not always equally fast), so the work is done in --rounds rounds: each round
+measures fresh profiles (its own profile directory; calibration statistics are shared) and runs
+every plan of the model once. Predicted = the median of the rounds' predictions, measured = the
+median of the rounds' median steps; the spread of the measured runs (reported) is the noise
+floor. Error = (predicted - measured) / measured. Run it on a quiet machine: two one-thread
+workers use both cores.
 """
 import argparse
 import json
@@ -21,7 +26,7 @@ import tempfile
 from qsync_run import ROOT, run_job
 
 # Steps per model: enough for a stable median (the first steps warm up caches and the allocator).
-STEPS = {"mlp": 120, "cnn": 40, "vit": 60, "char-gpt": 40}
+STEPS = {"mlp": 200, "cnn": 40, "vit": 100, "char-gpt": 40}
 BATCH = {"mlp": 128, "cnn": 128, "vit": 128, "char-gpt": 64}
 PLANS = {
     "uniform": ("uniform", "int8"),            # FP32 everywhere: the weak rank is the straggler
@@ -68,35 +73,51 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", default="mlp,cnn,vit,char-gpt")
     ap.add_argument("--plans", default="uniform,weak-int8-all,exact")
+    ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--json", default=os.path.join(ROOT, "build", "results", "prediction_error.json"))
     args = ap.parse_args()
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         profiles = os.path.join(tmp, "profiles")
         for model in args.models.split(","):
-            for plan in args.plans.split(","):
-                s = run(f"{model}-{plan}", model, plan, tmp, profiles)
-                r0 = s["ranks"][0]
-                measured = r0["median_step_seconds"]
-                predicted = s["plan"]["predicted_step_seconds"]
+            plans = args.plans.split(",")
+            runs = {plan: [] for plan in plans}
+            for k in range(args.rounds):
+                for plan in plans:
+                    runs[plan].append(run(f"{model}-{plan}", model, plan, tmp, f"{profiles}-round{k}"))
+            for plan in plans:
+                summaries = runs[plan]
+                steps = [s["ranks"][0]["median_step_seconds"] for s in summaries]
+                measured = statistics.median(steps)
+                predicted = statistics.median(s["plan"]["predicted_step_seconds"] for s in summaries)
+                s = summaries[steps.index(sorted(steps)[(len(steps) - 1) // 2])]  # the median run's details
                 weak = s["ranks"][1]
                 rows.append({"model": model, "plan": plan, "strategy": s["plan"]["strategy"],
                              "weak_plan": weak.get("plan"), "measured_ms": measured * 1e3,
+                             "measured_runs_ms": [x * 1e3 for x in steps],
+                             "predicted_runs_ms": [x["plan"]["predicted_step_seconds"] * 1e3 for x in summaries],
+                             "weak_plans": [x["ranks"][1].get("plan") for x in summaries],
                              "predicted_ms": predicted * 1e3, "error": (predicted - measured) / measured,
                              "ranks": [{"class": r["device_class"], "measured_compute_ms": r["median_compute_seconds"] * 1e3,
                                         "predicted_compute_ms": r["predicted"]["compute_seconds"] * 1e3,
                                         "measured_wait_ms": r["median_wait_seconds"] * 1e3,
-                                        "predicted_wait_ms": r["predicted"]["wait_seconds"] * 1e3}
+                                        "predicted_wait_ms": r["predicted"]["wait_seconds"] * 1e3,
+                                        "measured_optimizer_ms": r["median_optimizer_seconds"] * 1e3,
+                                        "predicted_optimizer_ms": r["predicted"]["optimizer_seconds"] * 1e3,
+                                        "measured_stats_ms": r["median_stats_seconds"] * 1e3,
+                                        "cpus": r["cpus"]}
                                        for r in s["ranks"]]})
-                print(f"{model:9} {plan:14} measured {measured * 1e3:8.1f} ms  predicted {predicted * 1e3:8.1f} ms  "
-                      f"error {rows[-1]['error'] * 100:+6.1f}%", flush=True)
+                spread = (max(steps) - min(steps)) / measured
+                print(f"{model:9} {plan:14} measured {measured * 1e3:8.1f} ms (runs spread {spread * 100:4.1f}%)  "
+                      f"predicted {predicted * 1e3:8.1f} ms  error {rows[-1]['error'] * 100:+6.1f}%", flush=True)
     errors = [abs(r["error"]) for r in rows]
     print()
-    print("| model | plan | weak rank's plan | measured step ms | predicted ms | error |")
+    print("| model | plan | weak rank's plan | measured step ms (runs) | predicted ms | error |")
     print("|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['model']} | {r['plan']} | {r['weak_plan']} | {r['measured_ms']:.1f} | {r['predicted_ms']:.1f} | "
-              f"{r['error'] * 100:+.1f}% |")
+        runs_ms = ", ".join(f"{x:.1f}" for x in r["measured_runs_ms"])
+        print(f"| {r['model']} | {r['plan']} | {r['weak_plan']} | {r['measured_ms']:.1f} ({runs_ms}) | "
+              f"{r['predicted_ms']:.1f} | {r['error'] * 100:+.1f}% |")
     print(f"\n{len(rows)} configurations: median |error| {statistics.median(errors) * 100:.1f}%, "
           f"worst {max(errors) * 100:.1f}%")
     os.makedirs(os.path.dirname(args.json), exist_ok=True)

@@ -1,8 +1,10 @@
 // File: planner/allocator_exact.cpp
 // The "exact" strategy: per rank, the least-indicator plan whose step bound stays within the
 // target and whose memory fits, by the chain DP of planner/allocator_solver.h; then, with
-// allow_batch_moves, moves of a few samples from quantized ranks to others while that lowers
-// the total indicator.
+// allow_batch_moves, moves of a few samples: first, when a rank misses the target even at its
+// fastest precisions, from the slowest rank to others until the slowest high-precision bound
+// stops falling (straggler relief; the plan is then made for that step if it is above the
+// target), then from quantized ranks to others while that lowers the total indicator.
 //
 // Why per rank is enough: the job's step time is max_r bound(r) (allocator_model.h) and the
 // objective is a sum over ranks, so once the target is fixed the ranks' problems are independent
@@ -24,10 +26,13 @@
 // should rounding ever push it over, the deadlines are tightened by the excess and the rank
 // re-solved (a safety net: a note says so if it is ever used).
 #include <algorithm>
+#include <atomic>
 #include <cmath>
+#include <exception>
 #include <limits>
 #include <map>
 #include <stdexcept>
+#include <thread>
 
 #include "planner/allocator_model.h"
 #include "planner/allocator_solver.h"
@@ -140,30 +145,128 @@ Choice solve_rank_exact(const JobModel& job, const RankModel& rank, double targe
 }
 
 std::vector<Choice> allocate_exact(JobModel& job, double target, std::vector<std::string>& notes) {
-  std::vector<Choice> choices;
-  std::vector<bool> met(job.ranks.size());
-  for (size_t r = 0; r < job.ranks.size(); ++r) {
-    bool ok = false, certified = false;
-    choices.push_back(solve_rank_exact(job, job.ranks[r], target, ok, certified));
-    met[r] = ok;
-    const std::string name = "rank " + std::to_string(r) + " (" + job.ranks[r].device_class + ")";
-    if (!ok)
-      notes.push_back(name + " cannot reach the step-time target even at its fastest precisions; it runs its fastest plan "
-                             "that fits in memory (lower its local batch or raise the target)");
-    else if (!certified)
-      notes.push_back(name + ": the exact search hit its work limit (or its plan broke the target by rounding and was "
-                             "re-solved with tightened deadlines); the plan is feasible but not certified optimal");
+  // The ranks' problems are independent once the target is fixed: solved on every core.
+  const size_t n = job.ranks.size();
+  std::vector<Choice> choices(n);
+  std::vector<char> met_of(n, 0), certified_of(n, 0);
+  std::vector<std::exception_ptr> errors(n);
+  std::atomic<size_t> next{0};
+  auto solve_some = [&] {
+    for (size_t r; (r = next.fetch_add(1)) < n;) {
+      try {
+        bool ok = false, sure = false;
+        choices[r] = solve_rank_exact(job, job.ranks[r], target, ok, sure);
+        met_of[r] = ok;
+        certified_of[r] = sure;
+      } catch (...) {
+        errors[r] = std::current_exception();
+      }
+    }
+  };
+  std::vector<std::thread> helpers;
+  for (size_t t = 1; t < std::min<size_t>(n, std::max(1u, std::thread::hardware_concurrency())); ++t)
+    helpers.emplace_back(solve_some);
+  solve_some();
+  for (std::thread& h : helpers) h.join();
+  for (const std::exception_ptr& e : errors)
+    if (e) std::rethrow_exception(e);
+  std::vector<bool> met(met_of.begin(), met_of.end()), certified(certified_of.begin(), certified_of.end());
+  auto add_notes = [&] {
+    for (size_t r = 0; r < job.ranks.size(); ++r) {
+      const std::string name = "rank " + std::to_string(r) + " (" + job.ranks[r].device_class + ")";
+      if (!met[r])
+        notes.push_back(name + " cannot reach the step-time target even at its fastest precisions; it runs its fastest "
+                               "plan that fits in memory (lower its local batch or raise the target)");
+      else if (!certified[r])
+        notes.push_back(name + ": the exact search hit its work limit (or its plan broke the target by rounding and was "
+                               "re-solved with tightened deadlines); the plan is feasible but not certified optimal");
+    }
+  };
+  if (!job.request->allow_batch_moves) {
+    add_notes();
+    return choices;
   }
-  if (!job.request->allow_batch_moves) return choices;
 
-  // Batch moves: b samples from a rank with a positive indicator to another rank, when both
-  // re-solved plans meet the target and the two ranks' indicator sum drops. Solves are cached
-  // per (rank, batch): the target is fixed, so a rank's plan depends only on its batch.
+  // Straggler relief: when some rank misses the target even at its fastest precisions, samples
+  // move from the slowest rank to another while that lowers the slowest step bound at the high
+  // precision (as dynamic batching balances, but by measured step bounds, memory included). If
+  // the balanced high-precision step is still above the target, the plan is made for it instead:
+  // no rank then needs a lower precision to keep pace, so none pays accuracy for a step that
+  // cannot reach the target anyway. Either way the ranks are re-solved at their new batches.
+  if (std::find(met.begin(), met.end(), false) != met.end()) {
+    std::map<std::pair<size_t, int64_t>, double> fastest;  // (rank, batch) -> its high-precision bound
+    auto fastest_bound = [&](size_t r, int64_t batch) {
+      auto key = std::make_pair(r, batch);
+      if (auto it = fastest.find(key); it != fastest.end()) return it->second;
+      double bound = std::numeric_limits<double>::infinity();
+      const RankModel m = rank_model(job, r, batch);
+      const Choice high = choice_at(m, job.request->pool[r].precision.value_or(job.request->high));
+      const RankEvaluation e = evaluate_rank(job, m, high);
+      if (fits_memory(m, e.memory)) bound = e.bound;
+      return fastest[key] = bound;
+    };
+    std::vector<int64_t> batches;
+    for (const RankModel& m : job.ranks) batches.push_back(m.local_batch);
+    auto slowest = [&](const std::vector<int64_t>& b) {
+      double worst = 0;
+      for (size_t r = 0; r < b.size(); ++r) worst = std::max(worst, fastest_bound(r, b[r]));
+      return worst;
+    };
+    double worst = slowest(batches);
+    const std::vector<int64_t> before = batches;
+    for (int round = 0; round < 4 * MAX_BATCH_MOVES; ++round) {
+      size_t w = 0;
+      for (size_t r = 1; r < batches.size(); ++r)
+        if (fastest_bound(r, batches[r]) > fastest_bound(w, batches[w])) w = r;
+      double best = worst;
+      std::vector<int64_t> best_batches;
+      for (size_t s = 0; s < batches.size(); ++s) {
+        if (s == w) continue;
+        for (int64_t b : MOVE_SIZES) {
+          if (b >= batches[w]) break;
+          std::vector<int64_t> trial = batches;
+          trial[w] -= b;
+          trial[s] += b;
+          const double t = slowest(trial);
+          if (t < best - 1e-12) best = t, best_batches = trial;
+        }
+      }
+      if (best_batches.empty()) break;
+      batches = best_batches;
+      worst = best;
+    }
+    if (batches != before) {
+      const double planned = std::max(target, worst * (1 + 1e-9));
+      std::string moved;
+      for (size_t r = 0; r < batches.size(); ++r)
+        moved += std::string(moved.empty() ? "" : ", ") + "rank " + std::to_string(r) + " " +
+                 std::to_string(before[r]) + " -> " + std::to_string(batches[r]);
+      char buf[160];
+      if (planned > target)
+        std::snprintf(buf, sizeof buf, "; no plan reaches the %.3f ms target, the balanced step is %.3f ms: planned for it",
+                      target * 1e3, planned * 1e3);
+      else
+        std::snprintf(buf, sizeof buf, "; every rank now meets the %.3f ms target", target * 1e3);
+      notes.push_back("batch moves (a rank missed the step-time target at its fastest precisions; balanced at " +
+                      std::string(layer_precision_name(job.request->high)) + "): " + moved + buf);
+      target = planned;
+      for (size_t r = 0; r < batches.size(); ++r) {
+        job.ranks[r] = rank_model(job, r, batches[r]);
+        bool ok = false, sure = false;
+        choices[r] = solve_rank_exact(job, job.ranks[r], target, ok, sure);
+        met[r] = ok;
+        certified[r] = sure;
+      }
+    }
+  }
+
+  // Solves are cached per (rank, batch): the target is fixed from here on, so a rank's plan
+  // depends only on its batch.
   struct Solved {
     RankModel model;
     Choice choice;
     double indicator = 0;
-    bool ok = false;
+    bool ok = false, certified = false;
   };
   std::map<std::pair<size_t, int64_t>, Solved> cache;
   auto solve_at = [&](size_t r, int64_t batch) -> const Solved& {
@@ -173,14 +276,25 @@ std::vector<Choice> allocate_exact(JobModel& job, double target, std::vector<std
     s.model = rank_model(job, r, batch);
     try {
       check_memory_feasible(s.model);
-      bool certified = false;
-      s.choice = solve_rank_exact(job, s.model, target, s.ok, certified);
+      s.choice = solve_rank_exact(job, s.model, target, s.ok, s.certified);
       s.indicator = rank_indicator(s.model, s.choice);
     } catch (const InfeasiblePlan&) {
       s.ok = false;
     }
     return cache.emplace(key, std::move(s)).first->second;
   };
+  auto apply = [&](size_t from, size_t to, int64_t b) {
+    for (auto [r, batch] : {std::make_pair(from, job.ranks[from].local_batch - b), std::make_pair(to, job.ranks[to].local_batch + b)}) {
+      const Solved& s = solve_at(r, batch);
+      job.ranks[r] = s.model;
+      choices[r] = s.choice;
+      met[r] = s.ok;
+      certified[r] = s.certified;
+    }
+  };
+
+  // Then moves from a rank with a positive indicator to another, when both re-solved plans meet
+  // the target and the two ranks' indicator sum drops.
   for (int round = 0; round < MAX_BATCH_MOVES; ++round) {
     double best_gain = 1e-12;
     size_t best_from = 0, best_to = 0;
@@ -202,15 +316,11 @@ std::vector<Choice> allocate_exact(JobModel& job, double target, std::vector<std
       }
     }
     if (best_b == 0) break;
-    for (auto [r, batch] : {std::make_pair(best_from, job.ranks[best_from].local_batch - best_b),
-                            std::make_pair(best_to, job.ranks[best_to].local_batch + best_b)}) {
-      const Solved& s = solve_at(r, batch);
-      job.ranks[r] = s.model;
-      choices[r] = s.choice;
-    }
+    apply(best_from, best_to, best_b);
     notes.push_back("batch move: " + std::to_string(best_b) + " samples from rank " + std::to_string(best_from) +
                     " to rank " + std::to_string(best_to) + " lower the total indicator by " + std::to_string(best_gain));
   }
+  add_notes();
   return choices;
 }
 

@@ -65,6 +65,11 @@ RankModel rank_model(const JobModel& job, size_t r, int64_t local_batch) {
   m.fixed_memory = p.static_bytes + p.step_overhead_bytes;
   m.optimizer = p.optimizer_seconds;
   if (!job.leaves.empty()) m.fixed_forward[0] += p.step_overhead_seconds;  // as the replayer (device_profile.h)
+  // The gradient copies, as the replayer: in, within the backward; out, before the optimizer
+  // (this model's optimizer term is what follows the all-reduce chain).
+  const GradientCopies copies = gradient_copy_seconds(p, job.buckets);
+  add_bucket_copies(m.fixed_backward, job.buckets, copies);
+  m.optimizer += copies.out_of_buckets;
   auto add_slot = [&](const LayerDesc& l, size_t leaf) {
     auto it = p.gemm_layers.find(l.name);
     if (it == p.gemm_layers.end() || it->second.empty())
@@ -234,7 +239,8 @@ Allocation finish_allocation(const JobModel& job, const std::string& strategy, c
                       ", over its budget of " + mib(job.ranks[r].memory_budget));
     }
   }
-  a.meets_target = a.predicted.step_seconds <= target * (1 + 1e-9);
+  // The target bounds the planned step; the spread of the ranks' steps is not the plan's to meet.
+  a.meets_target = a.predicted.step_seconds - a.predicted.jitter_seconds <= target * (1 + 1e-9);
   a.notes = std::move(notes);
   return a;
 }

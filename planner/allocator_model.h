@@ -47,7 +47,7 @@ struct RankModel {
   int64_t memory_budget = 0;  // 0: unlimited
   std::vector<double> fixed_forward, fixed_backward;  // per leaf: everything but the GEMM slots
   int64_t fixed_memory = 0;   // static bytes + other leaves' saved activations
-  double optimizer = 0;
+  double optimizer = 0;       // the optimizer step, plus the gradient copies out of the buckets before it
   double fixed_before_last_bucket = 0;  // backward seconds of the parameterless leaves before the last bucket's
   std::vector<GemmSlot> slots;
 };

@@ -89,7 +89,7 @@ void check_version(const json& j, const char* kind, const std::string& source_na
 
 json comm_to_json(const CommProfile& p) {
   return {{"kind", COMM_KIND}, {"version", p.version}, {"world_size", p.world_size}, {"alpha", p.alpha},
-          {"beta", p.beta}, {"estimated", p.estimated}, {"source", p.source}};
+          {"beta", p.beta}, {"late_sync_seconds", p.late_sync_seconds}, {"estimated", p.estimated}, {"source", p.source}};
 }
 
 double log_batch_distance(int64_t a, int64_t b) { return std::fabs(std::log(double(a) / double(b))); }
@@ -125,7 +125,8 @@ std::string device_profile_to_json(const DeviceProfile& p) {
                   {"gemm_layers", gemm}, {"other_layers", other}, {"casts", casts_to_json(p.casts)},
                   {"channel_casts", casts_to_json(p.channel_casts)}, {"optimizer_seconds", p.optimizer_seconds},
                   {"static_bytes", p.static_bytes}, {"memory_bytes", p.memory_bytes},
-                  {"step_overhead_seconds", p.step_overhead_seconds}, {"step_overhead_bytes", p.step_overhead_bytes}};
+                  {"step_overhead_seconds", p.step_overhead_seconds}, {"step_overhead_bytes", p.step_overhead_bytes},
+                  {"step_jitter", p.step_jitter}};
   return j.dump(1) + "\n";
 }
 
@@ -151,6 +152,7 @@ DeviceProfile device_profile_from_json(const std::string& text, const std::strin
     p.memory_bytes = j.value("memory_bytes", int64_t(0));
     p.step_overhead_seconds = j.value("step_overhead_seconds", 0.0);
     p.step_overhead_bytes = j.value("step_overhead_bytes", int64_t(0));
+    p.step_jitter = j.value("step_jitter", 0.0);
   } catch (const json::exception& e) {
     throw std::invalid_argument(source_name + ": malformed device profile (" + e.what() +
                                 "): re-measure it with `qsync-worker profile`");
@@ -193,6 +195,7 @@ CommProfile comm_profile_load(const std::string& path) {
     p.world_size = j.at("world_size").get<int>();
     p.alpha = j.at("alpha").get<double>();
     p.beta = j.at("beta").get<double>();
+    p.late_sync_seconds = j.value("late_sync_seconds", 0.0);
     p.estimated = j.value("estimated", false);
     p.source = j.value("source", std::string());
   } catch (const json::exception& e) {
@@ -221,6 +224,25 @@ std::string device_profile_command(const ModelDesc& model, const std::string& de
 
 // ---------------------------------------------------------------------------------------------
 // Fitting and scaling
+
+LinearCost fit_linear_cost_relative(const std::vector<int64_t>& numel, const std::vector<double>& seconds) {
+  if (numel.size() != seconds.size() || numel.empty())
+    throw std::invalid_argument("fit_linear_cost_relative: needs as many sizes as times and at least one point, got " +
+                                std::to_string(numel.size()) + " sizes and " + std::to_string(seconds.size()) + " times");
+  double w = 0, wx = 0, wy = 0, wxx = 0, wxy = 0;
+  for (size_t i = 0; i < numel.size(); ++i) {
+    if (!(seconds[i] > 0)) continue;  // a zero time carries no relative error
+    const double x = double(numel[i]), y = seconds[i], k = 1.0 / (y * y);
+    w += k, wx += k * x, wy += k * y, wxx += k * x * x, wxy += k * x * y;
+  }
+  if (w == 0) return LinearCost{0, 0};
+  const double det = w * wxx - wx * wx;
+  if (!(det > 0)) return LinearCost{0, wy / w};  // one size: a constant
+  const double a = (w * wxy - wx * wy) / det, b = (wy - a * wx) / w;
+  if (a >= 0 && b >= 0) return LinearCost{a, b};
+  if (a < 0) return LinearCost{0, wy / w};
+  return LinearCost{wxx > 0 ? wxy / wxx : 0, 0};
+}
 
 LinearCost fit_linear_cost(const std::vector<int64_t>& numel, const std::vector<double>& seconds) {
   if (numel.size() != seconds.size() || numel.empty())

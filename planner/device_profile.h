@@ -74,7 +74,9 @@ struct DeviceProfile {
   // Cast from one storage precision to another (e.g. FP32 -> INT8 quantize): a * numel + b.
   // (FP32, INT8) is the per-tensor quantization of activations; (INT8, BF16|FP16) the
   // dequantization of a saved INT8 tensor to the device's 16-bit format for backward (on classes
-  // without native 16-bit GEMMs the result is FP32 storage holding 16-bit values).
+  // without native 16-bit GEMMs the result is FP32 storage holding 16-bit values). (FP32, FP32)
+  // is a plain copy: the gradient copies into and out of the all-reduce buckets (absent in
+  // profiles older than it: those copies then cost nothing).
   std::map<std::pair<Precision, Precision>, LinearCost> casts;
   // FP32 -> INT8 with one scale per output channel (the weight cast of int8 layers).
   std::map<std::pair<Precision, Precision>, LinearCost> channel_casts;
@@ -86,6 +88,11 @@ struct DeviceProfile {
   // replayer's prediction of that step from the rest of the profile; it scales with the batch.
   double step_overhead_seconds = 0;
   int64_t step_overhead_bytes = 0;
+  // How much a whole step varies from one step to the next: the standard deviation of the FP32
+  // step over its median, from successive differences within a round (slow drift left out). A
+  // synchronous job waits for the slowest rank of every step, so this spread lengthens the step
+  // of a balanced pool (planner/replayer.h). 0: unknown (estimates, older profiles).
+  double step_jitter = 0;
   int64_t memory_bytes = 0;  // the device's memory (estimates); 0: unknown (CPU: the job's budget decides)
 
   // The precisions profiled for every GEMM layer (what this class can run).
@@ -98,6 +105,9 @@ struct CommProfile {
   int world_size = 2;
   double alpha = 0;  // seconds
   double beta = 0;   // seconds per byte
+  // A small all-reduce on the last rank to arrive, its peers having idled in it (the step's stats
+  // all-reduce: planner/replay_timeline.h); 0: not measured (alpha stands in).
+  double late_sync_seconds = 0;
   bool estimated = false;
   std::string source;
   double seconds(int64_t bytes) const { return alpha + beta * double(bytes); }
@@ -123,6 +133,11 @@ std::string device_profile_command(const ModelDesc& model, const std::string& de
 // negative: when the unconstrained fit gives b < 0 the best fit with b = 0 is returned, when it
 // gives a < 0 the mean as b (a = 0). Throws std::invalid_argument on empty or unequal inputs.
 LinearCost fit_linear_cost(const std::vector<int64_t>& numel, const std::vector<double>& seconds);
+// The same line fitted to relative errors (least squares of (a x + b - t) / t): for sizes over
+// several decades, where plain least squares fits the largest and leaves the intercept to the
+// noise of big sizes (measured here: an all-reduce profile's alpha 826 us by plain least squares
+// over 4 B to 16 MiB, where 4 B takes about 90 us). Negative coefficients are clamped as above.
+LinearCost fit_linear_cost_relative(const std::vector<int64_t>& numel, const std::vector<double>& seconds);
 
 // A directory of profiles: measured files (*.profile.json) and, for GPU classes, estimates built
 // on demand. find() prefers a measured profile of (model, class, batch); otherwise a measured one

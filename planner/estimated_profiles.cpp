@@ -232,6 +232,7 @@ DeviceProfile device_profile_estimate(const ModelDesc& model, const std::string&
     p.casts[{Precision::INT8, sixteen}] = r.cast(Precision::INT8, sixteen);
     p.channel_casts[{Precision::FP32, Precision::INT8}] = r.cast(Precision::FP32, Precision::INT8);
   }
+  p.casts[{Precision::FP32, Precision::FP32}] = r.cast(Precision::FP32, Precision::FP32);  // gradient bucket copies
   // AdamW (the worker's default): read p, g, m, v, write p, m, v, then zero g: 32 bytes a parameter.
   const int64_t params = model_parameter_count(model);
   p.optimizer_seconds = r.stream(double(params) * 32, 2);
@@ -266,6 +267,7 @@ CommProfile comm_profile_rescaled(const CommProfile& measured, int world_size) {
   const double m = measured.world_size, n = world_size;
   c.alpha = measured.alpha * (n - 1) / (m - 1);
   c.beta = measured.beta * ((n - 1) / n) / ((m - 1) / m);
+  c.late_sync_seconds = measured.late_sync_seconds * (n - 1) / (m - 1);  // latency-bound, as alpha
   c.estimated = true;
   c.source = measured.source + " (rescaled from " + std::to_string(measured.world_size) + " to " +
              std::to_string(world_size) + " ranks by the ring's step and traffic factors)";

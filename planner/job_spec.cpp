@@ -202,7 +202,7 @@ JobSpec job_spec_parse(const std::string& text, const std::string& source) {
     };
     j.profiles_dir = relative_to_job(get<std::string>(p, "profiles", "", source, "spec.planning"));
     j.calibration = relative_to_job(get<std::string>(p, "calibration", "", source, "spec.planning"));
-    j.batch_moves = get<bool>(p, "batchMoves", false, source, "spec.planning");
+    j.batch_moves = get<bool>(p, "batchMoves", true, source, "spec.planning");
   }
   if (const YAML::Node pool = spec["pool"]) {
     check_keys(pool, {"local", "training", "inference"}, source, "spec.pool");

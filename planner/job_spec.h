@@ -19,7 +19,7 @@
 //     checkpoint: {dir: checkpoints, intervalSteps: 100}
 //     planning: {allocator: exact, precision: fp32, stepTimeTarget: 250ms, lowPrecision: int8,
 //                indicator: bidirectional, profiles: profiles/, calibration: cnn.calib.json,
-//                batchMoves: false}
+//                batchMoves: true}
 //     pool:
 //       local:
 //         - {deviceClass: cpu-amx, threads: 1, memoryBudget: 2Gi}
@@ -64,7 +64,7 @@ struct JobSpec {
   std::string indicator = "bidirectional";  // bidirectional | weight-error
   std::string profiles_dir;           // measured device profiles ("" : `qsync run` measures them)
   std::string calibration;            // calibration stats file ("" : `qsync run` collects them)
-  bool batch_moves = false;           // let the allocator move batch between ranks
+  bool batch_moves = true;            // let the allocator move batch between ranks (allocator_exact.cpp)
   std::vector<LocalWorkerSpec> local_workers;
 };
 

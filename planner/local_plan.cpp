@@ -35,7 +35,7 @@ LocalPlanRequest local_plan_request(const JobSpec& job, const ProfileStore& stor
   req.high = layer_precision_from_name(o.high.empty() ? job.precision : o.high);
   req.low = layer_precision_from_name(o.low.empty() ? job.low_precision : o.low);
   req.step_time_target = o.step_time_target > 0 ? o.step_time_target : job.step_time_target_seconds;
-  req.allow_batch_moves = o.batch_moves || job.batch_moves;
+  req.allow_batch_moves = o.batch_moves.value_or(job.batch_moves);
   req.bucket_bytes = o.bucket_bytes;
   for (size_t r = 0; r < job.local_workers.size(); ++r) {
     const LocalWorkerSpec& w = job.local_workers[r];

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -21,7 +22,7 @@ struct LocalPlanOptions {
   std::string indicator_kind;    // bidirectional | weight-error
   double step_time_target = 0;   // seconds
   std::string high, low;         // precisions
-  bool batch_moves = false;      // or the job's planning.batchMoves
+  std::optional<bool> batch_moves;  // unset: the job's planning.batchMoves
   int64_t bucket_bytes = 25ll << 20;
 };
 

@@ -5,7 +5,7 @@
 //   qsync-plan --job JOB.yaml --profiles DIR --out PLAN_DIR [--strategy exact|greedy|uniform|
 //              uniform-low-weak|dynamic-batching] [--indicator STATS.json [--indicator-kind
 //              bidirectional|weight-error]] [--compare] [--target SECONDS] [--high P] [--low P]
-//              [--batch-moves] [--bucket-mib X]
+//              [--batch-moves|--no-batch-moves (default: the job's planning.batchMoves)] [--bucket-mib X]
 // Exit status: 0 plans written, 1 an error, 2 a usage error, 3 infeasible (a device cannot hold
 // the model within its memory budget at any precision: the message names it and the budget).
 //
@@ -20,6 +20,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -42,7 +43,8 @@ const char* USAGE =
 
 struct Args {
   std::string job, profiles, out, strategy, indicator, indicator_kind, high, low;
-  bool compare = false, batch_moves = false;
+  bool compare = false;
+  std::optional<bool> batch_moves;
   double target = 0, bucket_mib = 25;
 };
 
@@ -62,6 +64,7 @@ Args parse_args(int argc, char** argv) {
     const std::string f = argv[i];
     if (f == "--compare") a.compare = true;
     else if (f == "--batch-moves") a.batch_moves = true;
+    else if (f == "--no-batch-moves") a.batch_moves = false;
     else if (f == "--help" || f == "-h") throw std::invalid_argument("");
     else if (i + 1 >= argc) throw std::invalid_argument(f + " needs a value (or is unknown)");
     else if (f == "--target") a.target = parse_double(f, argv[++i]);

@@ -6,6 +6,7 @@
 //     bucket_bytes of FP32 gradients);
 //   - one rank's timeline from its per-leaf forward/backward seconds (backward end, the time each
 //     bucket's gradients are all ready);
+//   - the gradient copies into and out of the buckets (a multi-rank step's compute-thread work);
 //   - the all-reduce chain on the communication stream;
 //   - the small all-reduce that ends every multi-rank step.
 // Profiles are scaled to a rank's local batch by device_profile_scaled (planner/device_profile.h).
@@ -32,6 +33,19 @@ struct GradientBucket {
 // leaf i's parameter count (forward order); leaves without parameters join no bucket.
 std::vector<GradientBucket> gradient_buckets(const std::vector<int64_t>& leaf_params, int64_t bucket_bytes);
 
+// A multi-rank step copies every gradient twice on the compute thread (worker/dist/
+// gradient_sync.cpp): into its bucket when the bucket's last gradient is ready (before the bucket
+// is handed to the communication thread), and back out after the last all-reduce (before the
+// optimizer). Priced by the profile's (FP32, FP32) copy cost, a * elements + b (0 when the
+// profile predates it). No buckets (one rank): no copies.
+struct GradientCopies {
+  std::vector<double> into_bucket;  // per bucket: seconds, added to its first_leaf's backward
+  double out_of_buckets = 0;        // seconds, after the all-reduce chain
+};
+GradientCopies gradient_copy_seconds(const DeviceProfile& p, const std::vector<GradientBucket>& buckets);
+// Adds the copies into the buckets to `backward` (per leaf, forward order).
+void add_bucket_copies(std::vector<double>& backward, const std::vector<GradientBucket>& buckets, const GradientCopies& c);
+
 struct RankTimeline {
   double forward_end = 0;
   double backward_end = 0;          // forward + backward: the compute stream's end before the optimizer
@@ -49,9 +63,16 @@ RankTimeline rank_timeline(const std::vector<double>& forward, const std::vector
 double allreduce_chain_end(const std::vector<double>& ready, const std::vector<GradientBucket>& buckets,
                            const CommProfile& comm);
 
+// E[max_r X_r] for independent X_r ~ N(mean[r], sd[r]^2), by Clark's moment matching (exact for
+// two variables; the standard approximation beyond, folding one variable in at a time). With
+// equal means and spreads s it is mean + s / sqrt(pi) for two; far apart, the larger mean.
+double expected_max_of_normals(const std::vector<double>& mean, const std::vector<double>& sd);
+
 // After the optimizer, every step of a multi-rank job ends with one small all-reduce: the global
 // loss, accuracy and stop flag, 4 doubles (worker/trainer.cpp). It starts when the slowest rank
-// arrives, so every rank's step ends together. Its time: comm.seconds(32 B); 0 for one rank.
+// arrives, so every rank's step ends together. Its time: comm.seconds(32 B), or the measured
+// cost of a late arrival at a small all-reduce (CommProfile::late_sync_seconds) when larger; 0
+// for one rank.
 inline constexpr int64_t STEP_STATS_ALLREDUCE_BYTES = 4 * 8;
 double step_stats_seconds(const CommProfile& comm, size_t ranks);
 

@@ -13,15 +13,21 @@
 // Gradients: a leaf's parameters are ready when its backward ends; buckets (replay_timeline.h)
 // are all-reduced on a communication stream: bucket k starts at max(every rank's ready time of k,
 // end of bucket k-1) and lasts comm.seconds(bytes) (one rank: no all-reduce, as the worker).
-// The optimizer runs after the last all-reduce completes, then the step's small stats all-reduce
+// With several ranks the compute thread copies each bucket's gradients in when the bucket is
+// complete (part of its last leaf's backward) and all of them back out after the last all-reduce
+// (gradient_copy_seconds). The optimizer runs after that, then the step's small stats all-reduce
 // (step_stats_seconds) starts when the slowest rank arrives:
-//   end(rank)       = max(backward end(rank), last all-reduce end) + optimizer(rank)
+//   end(rank)       = max(backward end(rank), last all-reduce end) + copy out + optimizer(rank)
 //   step end        = max over ranks of end(rank) + stats all-reduce    (one rank: its end)
-//   wait(rank)      = max(0, last all-reduce end - backward end(rank))
+//   wait(rank)      = max(0, last all-reduce end - backward end(rank)) + copy out
+// Step-to-step spread (the profiles' step_jitter, relative to a rank's backward end) adds the
+// expected latest arrival beyond the latest mean (expected_max_of_normals) to the step and to
+// every rank's wait: StepPrediction::jitter_seconds.
 //   compute(rank)   = forward + backward + optimizer
 // Memory, at its peak at the end of the forward pass: static bytes + saved activations of every
 // leaf (scaled linearly to the local batch) + the GEMM layers' low-precision weight copies.
 #include <algorithm>
+#include <cmath>
 #include <stdexcept>
 
 #include "planner/replay_timeline.h"
@@ -51,12 +57,14 @@ const LayerCost& gemm_cost(const DeviceProfile& p, const std::string& layer, Lay
 }
 
 struct LeafCosts {
-  std::vector<double> forward, backward;
+  std::vector<double> forward, backward;  // backward includes the copies into the buckets
   int64_t memory = 0;  // static + saved + weight copies
   double optimizer = 0;
+  double copy_out = 0;  // the gradients back out of the buckets, after the all-reduce chain
 };
 
-LeafCosts leaf_costs(const std::vector<const LayerDesc*>& leaves, const DeviceProfile& p, const RankPlan& plan, size_t r) {
+LeafCosts leaf_costs(const std::vector<const LayerDesc*>& leaves, const DeviceProfile& p, const RankPlan& plan, size_t r,
+                     const std::vector<GradientBucket>& buckets) {
   LeafCosts out;
   out.forward.assign(leaves.size(), 0.0);
   out.backward.assign(leaves.size(), 0.0);
@@ -78,6 +86,9 @@ LeafCosts leaf_costs(const std::vector<const LayerDesc*>& leaves, const DevicePr
       if (c.kind == LayerKind::LINEAR || c.kind == LayerKind::CONV2D) add(i, gemm_cost(p, c.name, plan.precision_of(c.name), r));
   }
   if (!leaves.empty()) out.forward[0] += p.step_overhead_seconds;  // before the first layer (device_profile.h)
+  const GradientCopies copies = gradient_copy_seconds(p, buckets);
+  add_bucket_copies(out.backward, buckets, copies);
+  out.copy_out = copies.out_of_buckets;
   return out;
 }
 
@@ -87,6 +98,22 @@ int64_t leaf_parameter_count(const LayerDesc& leaf) {
   int64_t n = leaf.parameter_count;
   for (const LayerDesc& c : leaf.children) n += leaf_parameter_count(c);
   return n;
+}
+
+GradientCopies gradient_copy_seconds(const DeviceProfile& p, const std::vector<GradientBucket>& buckets) {
+  GradientCopies c;
+  const auto it = p.casts.find({Precision::FP32, Precision::FP32});
+  int64_t total = 0;
+  for (const GradientBucket& b : buckets) {
+    c.into_bucket.push_back(it == p.casts.end() ? 0.0 : std::max(0.0, it->second.at(b.bytes / 4)));
+    total += b.bytes;
+  }
+  if (it != p.casts.end() && !buckets.empty()) c.out_of_buckets = std::max(0.0, it->second.at(total / 4));
+  return c;
+}
+
+void add_bucket_copies(std::vector<double>& backward, const std::vector<GradientBucket>& buckets, const GradientCopies& c) {
+  for (size_t k = 0; k < buckets.size() && k < c.into_bucket.size(); ++k) backward.at(buckets[k].first_leaf) += c.into_bucket[k];
 }
 
 std::vector<GradientBucket> gradient_buckets(const std::vector<int64_t>& leaf_params, int64_t bucket_bytes) {
@@ -124,8 +151,29 @@ double allreduce_chain_end(const std::vector<double>& ready, const std::vector<G
   return end;
 }
 
+double expected_max_of_normals(const std::vector<double>& mean, const std::vector<double>& sd) {
+  if (mean.empty()) return 0;
+  double m = mean[0], v = sd[0] * sd[0];
+  for (size_t i = 1; i < mean.size(); ++i) {
+    const double m2 = mean[i], v2 = sd[i] * sd[i];
+    const double theta = std::sqrt(v + v2);
+    if (!(theta > 0)) {
+      if (m2 > m) m = m2, v = v2;
+      continue;
+    }
+    const double a = (m - m2) / theta;
+    const double cdf = 0.5 * std::erfc(-a / std::sqrt(2.0)), pdf = std::exp(-0.5 * a * a) / std::sqrt(2.0 * M_PI);
+    const double first = m * cdf + m2 * (1 - cdf) + theta * pdf;
+    const double second = (m * m + v) * cdf + (m2 * m2 + v2) * (1 - cdf) + (m + m2) * theta * pdf;
+    m = first;
+    v = std::max(0.0, second - first * first);
+  }
+  return m;
+}
+
 double step_stats_seconds(const CommProfile& comm, size_t ranks) {
-  return ranks > 1 ? comm.seconds(STEP_STATS_ALLREDUCE_BYTES) : 0.0;
+  if (ranks <= 1) return 0.0;
+  return std::max(comm.seconds(STEP_STATS_ALLREDUCE_BYTES), comm.late_sync_seconds);
 }
 
 StepPrediction replay_step(const ModelDesc& model, const std::vector<ReplayRank>& ranks, const CommProfile& comm,
@@ -140,13 +188,14 @@ StepPrediction replay_step(const ModelDesc& model, const std::vector<ReplayRank>
 
   std::vector<LeafCosts> costs;
   std::vector<RankTimeline> lines;
-  std::vector<double> ready(buckets.size(), 0.0);
+  std::vector<double> ready(buckets.size(), 0.0), jitter;
   for (size_t r = 0; r < ranks.size(); ++r) {
     if (ranks[r].profile == nullptr) throw std::invalid_argument("rank " + std::to_string(r) + " has no device profile");
     if (ranks[r].plan.local_batch <= 0)
       throw std::invalid_argument("rank " + std::to_string(r) + "'s plan has no local batch; set RankPlan::local_batch");
     const DeviceProfile scaled = device_profile_scaled(*ranks[r].profile, ranks[r].plan.local_batch);
-    costs.push_back(leaf_costs(leaves, scaled, ranks[r].plan, r));
+    jitter.push_back(scaled.step_jitter);
+    costs.push_back(leaf_costs(leaves, scaled, ranks[r].plan, r, buckets));
     lines.push_back(rank_timeline(costs.back().forward, costs.back().backward, buckets));
     for (size_t k = 0; k < buckets.size(); ++k) ready[k] = std::max(ready[k], lines.back().bucket_ready[k]);
   }
@@ -158,14 +207,26 @@ StepPrediction replay_step(const ModelDesc& model, const std::vector<ReplayRank>
     RankPrediction p;
     p.backward_end_seconds = lines[r].backward_end;
     p.compute_seconds = lines[r].backward_end + costs[r].optimizer;
-    p.wait_seconds = std::max(0.0, sync_end - lines[r].backward_end);
-    p.step_seconds = std::max(lines[r].backward_end, sync_end) + costs[r].optimizer;
+    p.optimizer_seconds = costs[r].optimizer;
+    p.wait_seconds = std::max(0.0, sync_end - lines[r].backward_end) + costs[r].copy_out;  // as the worker times it
+    p.step_seconds = std::max(lines[r].backward_end, sync_end) + costs[r].copy_out + costs[r].optimizer;
     p.peak_memory_bytes = costs[r].memory;
     slowest_end = std::max(slowest_end, p.step_seconds);
     out.ranks.push_back(p);
   }
+  // Each step, every rank waits for the latest arrival at the gradient sync: with step-to-step
+  // spread, later on average than the latest mean arrival (most for a balanced pool).
+  if (ranks.size() > 1) {
+    std::vector<double> mean, sd;
+    for (size_t r = 0; r < ranks.size(); ++r) {
+      mean.push_back(lines[r].backward_end);
+      sd.push_back(jitter[r] * lines[r].backward_end);
+    }
+    out.jitter_seconds = std::max(0.0, expected_max_of_normals(mean, sd) - *std::max_element(mean.begin(), mean.end()));
+    for (RankPrediction& p : out.ranks) p.wait_seconds += out.jitter_seconds;
+  }
   // Every rank leaves the step's stats all-reduce together.
-  out.step_seconds = slowest_end + step_stats_seconds(comm, ranks.size());
+  out.step_seconds = slowest_end + out.jitter_seconds + step_stats_seconds(comm, ranks.size());
   if (ranks.size() > 1)
     for (RankPrediction& p : out.ranks) p.step_seconds = out.step_seconds;
   out.allreduce_end_seconds = sync_end;

@@ -28,6 +28,7 @@ struct ReplayRank {
 
 struct RankPrediction {
   double compute_seconds = 0;   // forward + backward + casts + optimizer on this rank
+  double optimizer_seconds = 0; // the optimizer's part of compute_seconds
   double wait_seconds = 0;      // idle at bucket syncs waiting for slower ranks / the network
   double step_seconds = 0;      // end of this rank's step
   int64_t peak_memory_bytes = 0;  // static bytes + saved activations (+ weight copies) at peak
@@ -35,7 +36,10 @@ struct RankPrediction {
 };
 
 struct StepPrediction {
-  double step_seconds = 0;  // max over ranks
+  double step_seconds = 0;  // max over ranks, jitter_seconds included
+  // What the ranks' step-to-step spread adds (DeviceProfile::step_jitter): the expected latest
+  // arrival at the gradient sync beyond the latest mean arrival. 0 for one rank.
+  double jitter_seconds = 0;
   double allreduce_end_seconds = 0;  // end of the last bucket's all-reduce (0: no sync)
   std::vector<RankPrediction> ranks;
 };

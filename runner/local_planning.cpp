@@ -2,6 +2,8 @@
 // Measuring what the planner lacks, then planning the local pool (see local_planning.h).
 #include "runner/local_planning.h"
 
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -13,14 +15,26 @@
 
 #include "planner/device_profile.h"
 #include "planner/local_plan.h"
+#include "runner/cpu_pinning.h"
 
 namespace qsync {
 namespace {
 
 namespace fs = std::filesystem;
 
-// Runs argv to completion with stdout and stderr to `log`; throws naming the command and log.
-void run_measurement(const std::vector<std::string>& args, const std::string& log) {
+struct Measurement {
+  std::vector<std::string> args;
+  std::string log;
+  std::vector<int> cpus;  // pinned there (empty: not pinned)
+  pid_t pid = -1;
+  std::vector<std::pair<std::string, std::string>> env;  // set in the child
+};
+
+// Starts argv with stdout and stderr to `log`, on m.cpus.
+void start_measurement(Measurement& m) {
+  const std::vector<std::string>& args = m.args;
+  const std::string& log = m.log;
+  const std::vector<int>& cpus = m.cpus;
   const pid_t pid = fork();
   if (pid < 0) throw std::runtime_error(std::string("fork failed: ") + std::strerror(errno));
   if (pid == 0) {
@@ -29,6 +43,13 @@ void run_measurement(const std::vector<std::string>& args, const std::string& lo
       dup2(fd, STDOUT_FILENO);
       dup2(fd, STDERR_FILENO);
     }
+    for (const auto& [k, v] : m.env) setenv(k.c_str(), v.c_str(), 1);
+    try {
+      pin_to_cpus(cpus);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "%s\n", e.what());
+      _exit(127);
+    }
     std::vector<char*> argv;
     for (const std::string& s : args) argv.push_back(const_cast<char*>(s.c_str()));
     argv.push_back(nullptr);
@@ -36,23 +57,58 @@ void run_measurement(const std::vector<std::string>& args, const std::string& lo
     std::fprintf(stderr, "cannot run %s: %s\n", argv[0], std::strerror(errno));
     _exit(127);
   }
-  int status = 0;
-  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  m.pid = pid;
+}
+
+// Waits for every started measurement; throws naming the first failed command and its log.
+void finish_measurements(std::vector<Measurement>& ms) {
+  std::string failed;
+  for (Measurement& m : ms) {
+    if (m.pid < 0) continue;
+    int status = 0;
+    while (waitpid(m.pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    m.pid = -1;
+    if ((!WIFEXITED(status) || WEXITSTATUS(status) != 0) && failed.empty()) {
+      std::string cmd;
+      for (const std::string& a : m.args) cmd += (cmd.empty() ? "" : " ") + a;
+      failed = "planning measurement failed: `" + cmd + "` (see " + m.log + ")";
+    }
   }
-  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-    std::string cmd;
-    for (const std::string& a : args) cmd += (cmd.empty() ? "" : " ") + a;
-    throw std::runtime_error("planning measurement failed: `" + cmd + "` (see " + log + ")");
-  }
+  if (!failed.empty()) throw std::runtime_error(failed);
+}
+
+// Runs argv to completion with stdout and stderr to `log`; throws naming the command and log.
+void run_measurement(const std::vector<std::string>& args, const std::string& log) {
+  std::vector<Measurement> one{{args, log, {}, -1, {}}};
+  start_measurement(one.front());
+  finish_measurements(one);
 }
 
 std::string model_hash_suffix(const ModelDesc& m) { return model_hash_string(m.hash).substr(0, 12); }
 
 }  // namespace
 
+int free_loopback_port() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = 0;
+  socklen_t len = sizeof a;
+  if (fd < 0 || bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
+      getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
+    if (fd >= 0) close(fd);
+    throw std::runtime_error(std::string("cannot find a free loopback port: ") + std::strerror(errno));
+  }
+  close(fd);
+  return ntohs(a.sin_port);
+}
+
 nlohmann::json rank_prediction_json(const RankPrediction& p) {
   return {{"step_seconds", p.step_seconds},
           {"compute_seconds", p.compute_seconds},
+          {"optimizer_seconds", p.optimizer_seconds},
           {"wait_seconds", p.wait_seconds},
           {"peak_memory_bytes", p.peak_memory_bytes}};
 }
@@ -71,16 +127,66 @@ LocalPlanning plan_local_job(const JobSpec& job, const LocalPlanningInputs& in) 
                                                            : (fs::path(in.work_dir) / "profiles").string();
   fs::create_directories(profiles);
 
-  // Device profiles: one per (class as it runs, local batch), measured on this machine.
-  for (const ProfileNeed& need : local_missing_profiles(job, model, ProfileStore(profiles))) {
-    const std::string out = (fs::path(profiles) / device_profile_file_name(model.name, need.device_class, need.batch)).string();
+  // Device profiles: one per (class as it runs, local batch), measured on this machine, the way
+  // the job will run. With the ranks pinned, every rank of the pool runs a profile on its own
+  // CPUs, all at once and as one world that synchronizes its gradients every step as training
+  // does (worker/profiler.h): a rank's measured costs then include what its neighbours' load and
+  // its own gradient-sync and Gloo threads take from it (measured here: the Gloo I/O thread used
+  // 13% of a rank's CPU in a two-rank MLP job; a ViT step on cpu-avx512 took 20.5 ms alone and
+  // 28.2 ms beside a cpu-avx2 profile). Ranks whose (class, batch) is already profiled, or
+  // profiled by an earlier rank, measure into logs/ only to load the world as the job will.
+  const std::vector<ProfileNeed> needs = local_missing_profiles(job, model, ProfileStore(profiles));
+  auto profile_args = [&](const std::string& device_class, int64_t batch, int threads, const std::string& out) {
+    std::vector<std::string> args = {worker, "profile", "--model", job.model, "--device-class", device_class,
+                                     "--batch", std::to_string(batch), "--threads", std::to_string(threads),
+                                     "--out", out, "--quiet"};
+    if (!job.data.empty()) args.insert(args.end(), {"--data", job.data});
+    if (in.profile_rounds > 0) args.insert(args.end(), {"--rounds", std::to_string(in.profile_rounds)});
+    return args;
+  };
+  auto profile_path = [&](const ProfileNeed& n) {
+    return (fs::path(profiles) / device_profile_file_name(model.name, n.device_class, n.batch)).string();
+  };
+  for (const ProfileNeed& need : needs)
     say("measuring the " + model.name + " profile of " + need.device_class + " at batch " + std::to_string(need.batch) +
         " (once; kept in " + profiles + ")");
-    std::vector<std::string> args = {worker, "profile", "--model", job.model, "--device-class", need.device_class,
-                                     "--batch", std::to_string(need.batch), "--threads", std::to_string(need.threads),
-                                     "--out", out};
-    if (!job.data.empty()) args.insert(args.end(), {"--data", job.data});
-    run_measurement(args, logs + "/profile-" + need.device_class + "-b" + std::to_string(need.batch) + ".log");
+  const size_t pool_size = job.local_workers.size();
+  std::vector<Measurement> profiling;
+  if (!needs.empty() && pool_size > 1 && in.rank_cpus.size() == pool_size) {
+    const std::string port = std::to_string(free_loopback_port());
+    std::vector<bool> taken(needs.size(), false);
+    for (size_t r = 0; r < pool_size; ++r) {
+      const LocalWorkerSpec& w = job.local_workers[r];
+      const std::string device_class = local_run_class(w.device_class);
+      const int64_t batch = local_batch_of(job, r);
+      std::string out = logs + "/profile-rank-" + std::to_string(r) + ".json";  // load only
+      for (size_t k = 0; k < needs.size(); ++k)
+        if (!taken[k] && needs[k].device_class == device_class && needs[k].batch == batch) {
+          taken[k] = true;
+          out = profile_path(needs[k]);
+          break;
+        }
+      Measurement m{profile_args(device_class, batch, w.threads, out), logs + "/profile-rank-" + std::to_string(r) + ".log",
+                    in.rank_cpus[r], -1,
+                    {{"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", port}, {"RANK", std::to_string(r)},
+                     {"WORLD_SIZE", std::to_string(pool_size)}}};
+      profiling.push_back(std::move(m));
+    }
+    try {
+      for (Measurement& m : profiling) start_measurement(m);
+    } catch (...) {
+      finish_measurements(profiling);
+      throw;
+    }
+    finish_measurements(profiling);
+  } else {
+    for (const ProfileNeed& need : needs) {  // one at a time, alone
+      std::vector<Measurement> one{{profile_args(need.device_class, need.batch, need.threads, profile_path(need)),
+                                    logs + "/profile-" + need.device_class + "-b" + std::to_string(need.batch) + ".log",
+                                    {}, -1, {}}};
+      start_measurement(one.front());
+      finish_measurements(one);
+    }
   }
   // The all-reduce profile of this world size over loopback.
   const int world = int(job.local_workers.size());

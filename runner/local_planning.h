@@ -7,6 +7,7 @@
 
 #include <functional>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -25,12 +26,18 @@ struct LocalPlanningInputs {
   std::string bin_dir;        // where qsync-worker and qsync-bench-allreduce are
   std::string allocator;      // overrides the job's
   std::string profiles_dir;   // overrides the job's planning.profiles
+  int profile_rounds = 0;     // > 0: `qsync-worker profile --rounds` (fewer: quicker, noisier)
   std::function<void(const std::string&)> say;  // progress messages
+  std::vector<std::vector<int>> rank_cpus;      // per rank, the CPUs it runs on (empty: not pinned);
+                                                // a class's profile is measured on its first rank's
 };
 
 // Throws std::runtime_error when a measuring command fails (naming it and its log) and what
 // local_plan_request / allocate throw (InfeasiblePlan included).
 LocalPlanning plan_local_job(const JobSpec& job, const LocalPlanningInputs& inputs);
+
+// A free TCP port on 127.0.0.1 (for a rendezvous); throws std::runtime_error when none is.
+int free_loopback_port();
 
 // Per-rank prediction as the run summary shows it.
 nlohmann::json rank_prediction_json(const RankPrediction& p);

@@ -21,6 +21,7 @@
 #include "planner/atomic_file.h"
 #include "planner/model_desc.h"
 #include "planner/plan_file.h"
+#include "runner/cpu_pinning.h"
 #include "runner/local_planning.h"
 #include "runner/run_progress.h"
 
@@ -30,20 +31,6 @@ namespace {
 namespace fs = std::filesystem;
 std::atomic<int> interrupt_signal{0};
 extern "C" void on_interrupt(int sig) { interrupt_signal.store(sig); }
-
-int free_loopback_port() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  a.sin_port = 0;
-  socklen_t len = sizeof a;
-  if (fd < 0 || bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
-      getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0)
-    throw std::runtime_error(std::string("cannot find a free loopback port: ") + std::strerror(errno));
-  close(fd);
-  return ntohs(a.sin_port);
-}
 
 std::string default_worker_binary() {
   std::error_code ec;
@@ -102,7 +89,7 @@ std::vector<std::string> worker_args(const RunOptions& o, const JobSpec& j, cons
 }
 
 pid_t spawn(const std::vector<std::string>& args, const std::vector<std::pair<std::string, std::string>>& env,
-            int out_fd_write, const std::string& log_path) {
+            int out_fd_write, const std::string& log_path, const std::vector<int>& cpus) {
   const pid_t pid = fork();
   if (pid < 0) throw std::runtime_error(std::string("fork failed: ") + std::strerror(errno));
   if (pid > 0) return pid;
@@ -110,6 +97,12 @@ pid_t spawn(const std::vector<std::string>& args, const std::vector<std::pair<st
   dup2(out_fd_write, STDOUT_FILENO);
   const int log = open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   if (log >= 0) dup2(log, STDERR_FILENO);
+  try {
+    pin_to_cpus(cpus);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s\n", e.what());
+    _exit(127);
+  }
   std::vector<char*> argv;
   for (const std::string& s : args) argv.push_back(const_cast<char*>(s.c_str()));
   argv.push_back(nullptr);
@@ -156,7 +149,21 @@ RunResult run_job_locally(const RunOptions& in) {
   planning_inputs.bin_dir = fs::path(o.worker_binary).parent_path().string();
   planning_inputs.allocator = o.allocator;
   planning_inputs.profiles_dir = o.profiles_dir;
+  planning_inputs.profile_rounds = o.profile_rounds;
   planning_inputs.say = [&](const std::string& m) { progress.message(m); };
+  // Each rank on CPUs of its own (cpu_pinning.h); the profiles are measured on them too.
+  CpuAssignment cpus;
+  if (o.pin_cpus) {
+    std::vector<int> threads;
+    for (const LocalWorkerSpec& w : job.local_workers) threads.push_back(w.threads);
+    cpus = assign_rank_cpus(threads, affinity_cpus());
+    if (!cpus.note.empty()) progress.message("note: " + cpus.note);
+    std::string pinned;
+    for (size_t r = 0; r < cpus.per_rank.size(); ++r)
+      pinned += std::string(r ? ", " : "") + "rank " + std::to_string(r) + " on CPU " + cpu_list_string(cpus.per_rank[r]);
+    if (!pinned.empty()) progress.message("pinned: " + pinned);
+    planning_inputs.rank_cpus = cpus.per_rank;
+  }
   const LocalPlanning planning = plan_local_job(job, planning_inputs);
   result.plan = planning.summary;
   {
@@ -184,6 +191,8 @@ RunResult run_job_locally(const RunOptions& in) {
     plan.device_class = c.name;
     plan.model_hash = model.hash;
     outcome.predicted = rank_prediction_json(planning.allocation.predicted.ranks[size_t(r)]);
+    const std::vector<int> rank_cpus = cpus.per_rank.empty() ? std::vector<int>() : cpus.per_rank[size_t(r)];
+    outcome.cpus = rank_cpus.empty() ? "" : cpu_list_string(rank_cpus);
     const std::string plan_path = (fs::path(o.work_dir) / "plans" / ("rank-" + std::to_string(r) + ".yaml")).string();
     plan_file_write(plan_path, plan);
     Worker& wk = workers[size_t(r)];
@@ -196,7 +205,7 @@ RunResult run_job_locally(const RunOptions& in) {
     wk.pid = spawn(worker_args(o, job, w, r, c.name, plan_path, ckpt, wk.summary_path),
                    {{"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", std::to_string(port)}, {"RANK", std::to_string(r)},
                     {"WORLD_SIZE", std::to_string(world)}},
-                   fds[1], wk.log_path);
+                   fds[1], wk.log_path, rank_cpus);
     close(fds[1]);
     wk.out_fd = fds[0];
     result.ranks.push_back(outcome);

@@ -6,7 +6,8 @@
 // calibration statistics (`qsync-worker calibrate`). Writes one plan per rank,
 // spawns one qsync-worker process per local worker of the pool with the rendezvous variables
 // (MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE), shows one combined progress line from the
-// workers' JSON-line events, forwards Ctrl-C (workers checkpoint and exit), reports the rank that
+// workers' JSON-line events (each rank pinned to CPUs of its own when the pool's threads fit
+// the machine: runner/cpu_pinning.h), forwards Ctrl-C (workers checkpoint and exit), reports the rank that
 // failed first, and ends with a per-rank summary table (and JSON).
 #pragma once
 
@@ -31,11 +32,14 @@ struct RunOptions {
   std::string allocator;     // overrides the job's planning.allocator
   std::string profiles_dir;  // overrides the job's planning.profiles (default <work dir>/profiles)
   int metrics_base_port = 0; // > 0: rank r's worker serves Prometheus /metrics on port P + r
+  bool pin_cpus = true;      // each rank (and its profiling) on CPUs of its own (runner/cpu_pinning.h)
+  int profile_rounds = 0;    // > 0: rounds of the profiles it measures (qsync-worker profile --rounds)
 };
 
 struct RankOutcome {
   int rank = 0;
   std::string device_class, requested_class, note;
+  std::string cpus;         // the CPUs it was pinned to ("0-1"), empty when not pinned
   int exit_code = -1;
   std::string error;        // last lines of stderr when it failed
   nlohmann::json summary;   // the worker's summary JSON (when it finished)

@@ -3,7 +3,7 @@
 //
 //   qsync run JOB.yaml [--work-dir DIR] [--master-port P] [--summary-json FILE] [--resume]
 //                      [--collective-timeout SECONDS] [--quiet] [--allocator S] [--profiles DIR]
-//                      [--metrics-base-port P]
+//                      [--metrics-base-port P] [--no-pin] [--profile-rounds N]
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -18,7 +18,9 @@ const char* USAGE =
     "                          [--collective-timeout SECONDS] [--quiet]\n"
     "                          [--allocator exact|greedy|uniform|uniform-low-weak|dynamic-batching]\n"
     "                          [--profiles DIR (measured device profiles; default <work dir>/profiles)]\n"
-    "                          [--metrics-base-port P (rank r serves Prometheus /metrics on port P+r)]\n";
+    "                          [--metrics-base-port P (rank r serves Prometheus /metrics on port P+r)]\n"
+    "                          [--no-pin (do not give each rank CPUs of its own)]\n"
+    "                          [--profile-rounds N (rounds of the profiles it measures; default 3)]\n";
 
 int run_main(int argc, char** argv) {
   if (argc < 2 || std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "-h") == 0) {
@@ -46,6 +48,11 @@ int run_main(int argc, char** argv) {
     }
     else if (a == "--resume") o.resume = true;
     else if (a == "--quiet") o.quiet = true;
+    else if (a == "--no-pin") o.pin_cpus = false;
+    else if (a == "--profile-rounds") {
+      o.profile_rounds = std::stoi(value());
+      if (o.profile_rounds < 1) throw std::invalid_argument("--profile-rounds takes a positive number of rounds");
+    }
     else if (!a.empty() && a[0] == '-') throw std::invalid_argument("unknown argument '" + a + "'\n" + USAGE);
     else if (o.job_path.empty()) o.job_path = a;
     else throw std::invalid_argument("one job file at a time, got '" + o.job_path + "' and '" + a + "'");

@@ -103,6 +103,7 @@ nlohmann::json run_summary_json(const JobSpec& job, const std::vector<RankOutcom
                         {"device_class", r.device_class},
                         {"requested_device_class", r.requested_class},
                         {"note", r.note},
+                        {"cpus", r.cpus},
                         {"exit_code", r.exit_code},
                         {"local_batch", get("local_batch")},
                         {"plan", get("plan")},
@@ -110,6 +111,8 @@ nlohmann::json run_summary_json(const JobSpec& job, const std::vector<RankOutcom
                         {"median_compute_seconds", get("median_compute_seconds")},
                         {"median_wait_seconds", get("median_wait_seconds")},
                         {"median_allreduce_seconds", get("median_allreduce_seconds")},
+                        {"median_optimizer_seconds", get("median_optimizer_seconds")},
+                        {"median_stats_seconds", get("median_stats_seconds")},
                         {"peak_memory_bytes", get("peak_memory_bytes")},
                         {"predicted", r.predicted}});
     if (r.rank == 0 && s.is_object()) {
@@ -126,23 +129,27 @@ nlohmann::json run_summary_json(const JobSpec& job, const std::vector<RankOutcom
 
 std::string run_summary_table(const nlohmann::json& s) {
   std::string out;
-  char buf[256];
+  char buf[320];
   auto num = [](const nlohmann::json& v) { return v.is_number() ? v.get<double>() : 0.0; };
   std::snprintf(buf, sizeof buf, "job %s: %s; test accuracy %.2f%%, %.0f samples/s, %lld steps\n",
                 s.value("job", std::string()).c_str(), s.value("succeeded", false) ? "succeeded" : "FAILED",
                 num(s.value("final_test_accuracy", nlohmann::json())) * 100.0,
                 num(s.value("samples_per_second", nlohmann::json())), (long long)num(s.value("steps", nlohmann::json())));
   out += buf;
-  out += "rank  device class  local batch  step ms (predicted)  compute ms (predicted)  wait ms (predicted)  allreduce ms"
-         "  peak MiB (predicted)\n";
+  // compute: forward + backward as the worker times it (the prediction's optimizer share apart).
+  out += "rank  device class  local batch  step ms (predicted)  compute ms (predicted)  wait ms (predicted)"
+         "  optimizer ms (predicted)  allreduce ms  peak MiB (predicted)\n";
   for (const auto& r : s["ranks"]) {
     const nlohmann::json p = r.value("predicted", nlohmann::json::object());
     auto predicted = [&](const char* k) { return p.is_object() && p.contains(k) ? num(p[k]) : 0.0; };
-    std::snprintf(buf, sizeof buf, "%4d  %-12s  %11.0f  %7.1f (%7.1f)   %10.1f (%7.1f)    %7.1f (%7.1f)  %12.1f  %8.1f (%8.1f)\n",
+    std::snprintf(buf, sizeof buf,
+                  "%4d  %-12s  %11.0f  %7.1f (%7.1f)   %10.1f (%7.1f)    %7.1f (%7.1f)       %9.1f (%7.1f)  %12.1f  %8.1f (%8.1f)\n",
                   r["rank"].get<int>(), r["device_class"].get<std::string>().c_str(), num(r["local_batch"]),
                   num(r["median_step_seconds"]) * 1e3, predicted("step_seconds") * 1e3,
-                  num(r["median_compute_seconds"]) * 1e3, predicted("compute_seconds") * 1e3,
+                  num(r["median_compute_seconds"]) * 1e3,
+                  (predicted("compute_seconds") - predicted("optimizer_seconds")) * 1e3,
                   num(r["median_wait_seconds"]) * 1e3, predicted("wait_seconds") * 1e3,
+                  num(r["median_optimizer_seconds"]) * 1e3, predicted("optimizer_seconds") * 1e3,
                   num(r["median_allreduce_seconds"]) * 1e3, num(r["peak_memory_bytes"]) / (1 << 20),
                   predicted("peak_memory_bytes") / (1 << 20));
     out += buf;

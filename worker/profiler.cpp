@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -18,6 +19,9 @@
 #include "kernels/device_class.h"
 #include "planner/replayer.h"
 #include "worker/data/batch_loader.h"
+#include "worker/dist/collectives.h"
+#include "worker/dist/gradient_sync.h"
+#include "worker/dist/rendezvous.h"
 #include "worker/loss.h"
 #include "worker/median.h"
 #include "worker/model.h"
@@ -172,10 +176,28 @@ void profile_fit_casts(DeviceProfile& p, StepContext& ctx, int reps) {
   p.channel_casts[{Precision::FP32, Precision::INT8}] = fit([&](const Tensor& x) {
     return timed([&] { (void)cast_weight(x, LayerPrecision::INT8, c, name, OperandRole::B); });
   });
+  // A plain FP32 copy: what the gradient sync pays per element into and out of its buckets.
+  std::vector<float> copy_target(size_t(sizes.back()));
+  p.casts[{Precision::FP32, Precision::FP32}] = fit([&](const Tensor& x) {
+    return timed([&] { std::memcpy(copy_target.data(), x.f32(), size_t(x.bytes())); });
+  });
   p.casts[{Precision::INT8, c.sixteen_bit}] = fit([&](const Tensor& x) {
     const Tensor q = cast_activation(x, LayerPrecision::INT8, c, name, OperandRole::A);
     return timed([&] { (void)backward_operand(q, LayerPrecision::INT8, c, name); });
   });
+}
+
+// The relative step-to-step spread of `seconds` (rounds of `per_round` consecutive steps): the
+// standard deviation estimated robustly from successive differences within each round (the
+// median absolute difference / 0.6745 / sqrt 2), over the median step. Differences of neighbours
+// leave out the slow drift of a shared machine between rounds; 0 with fewer than 2 per round.
+double step_jitter_of(const std::vector<double>& seconds, int64_t per_round) {
+  std::vector<double> diffs;
+  for (size_t i = 1; i < seconds.size(); ++i)
+    if (per_round > 1 && int64_t(i) % per_round != 0) diffs.push_back(std::fabs(seconds[i] - seconds[i - 1]));
+  const double mid = median_of(seconds);
+  if (diffs.empty() || !(mid > 0)) return 0;
+  return median_of(diffs) / 0.6745 / std::sqrt(2.0) / mid;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -184,6 +206,7 @@ void profile_fit_casts(DeviceProfile& p, StepContext& ctx, int reps) {
 DeviceProfile profile_run(const ProfileConfig& c) {
   if (c.batch <= 0) throw std::invalid_argument("--batch must be positive, got " + std::to_string(c.batch));
   if (c.steps < 1) throw std::invalid_argument("--steps must be at least 1, got " + std::to_string(c.steps));
+  if (c.rounds < 1) throw std::invalid_argument("--rounds must be at least 1, got " + std::to_string(c.rounds));
   if (c.device_class.empty())
     throw std::invalid_argument("--device-class is required: the profile is of one class (cpu-amx, cpu-avx512, cpu-avx2)");
   if (!c.out.empty()) {  // fail before measuring, not after
@@ -194,6 +217,18 @@ DeviceProfile profile_run(const ProfileConfig& c) {
   const ModelDesc desc = model_desc_find(c.model);
   const DeviceClass& device = device_class_by_name(c.device_class);
   device_class_activate(device, c.threads);
+
+  // In a world (RANK/WORLD_SIZE set, as `qsync run` does for a multi-rank pool), every step also
+  // synchronizes its gradients as training does: the gradient-sync and Gloo threads then share
+  // this rank's CPUs while it computes, and the measured costs include what they take. The waits
+  // themselves are not timed.
+  const RendezvousConfig rc = rendezvous_config_with_overrides(-1, -1, "", -1, 120);
+  std::unique_ptr<Rendezvous> rendezvous;
+  std::unique_ptr<Collectives> coll;
+  if (rc.world_size > 1) {
+    rendezvous = std::make_unique<Rendezvous>(rc);
+    coll = collectives_gloo(*rendezvous, rc.timeout);
+  }
 
   MemoryAccount memory(0, "profile");
   Model model(desc, &memory, c.seed);
@@ -221,6 +256,14 @@ DeviceProfile profile_run(const ProfileConfig& c) {
       if (cap.precision == q) return cap.level;
     return SupportLevel::UNSUPPORTED;
   };
+  // The precisions to measure, each with its own samples. Rounds cycle through them so that a
+  // slow phase of a shared machine (seconds long) lands on every precision alike.
+  struct PrecisionRun {
+    LayerPrecision mode;
+    OpStepSamples timer;
+    std::map<std::string, int64_t> saved;
+  };
+  std::vector<PrecisionRun> runs;
   for (const LayerPrecisionTraits& t : layer_precision_table()) {
     const SupportLevel level = level_of(t.forward);
     if (level == SupportLevel::UNSUPPORTED) {
@@ -228,28 +271,54 @@ DeviceProfile profile_run(const ProfileConfig& c) {
       continue;
     }
     if (level == SupportLevel::EMULATED) emulated += std::string(emulated.empty() ? "" : ", ") + t.name;
-    model.apply_plan(plan_uniform(desc, t.mode));
-    OpStepSamples timer;
-    std::map<std::string, int64_t> saved;
-    ctx.timer = &timer;
-    memory.reset_peak();
-    for (int64_t s = 0; s <= c.steps; ++s) {  // s == 0: warm-up, discarded
-      ctx.step = step++;
-      const double step_start = now_seconds();
-      model.zero_grad();
-      const Tensor logits = model.forward(batches.next(), ctx);
-      if (s == 1) model.visit_layers([&saved](Layer& l) { saved[l.name()] = l.saved_bytes(); });
-      const SoftmaxXentResult res = softmax_cross_entropy(logits, batches.targets(), divisor, &memory);
-      model.backward(res.dlogits, ctx);
-      const double t0 = now_seconds();
-      opt.step(ctx.step);
-      if (s > 0) optimizer_seconds.push_back(now_seconds() - t0);
-      if (s > 0 && t.mode == LayerPrecision::FP32) fp32_step_seconds.push_back(now_seconds() - step_start);
-      if (s == 0) timer.discard_step();
-      else timer.end_step();
+    runs.push_back({t.mode, {}, {}});
+  }
+  std::unique_ptr<GradientSync> sync;
+  size_t turns = runs.size();  // precision turns per round: in a world, the most any rank has
+  if (coll) {
+    sync = std::make_unique<GradientSync>(*coll, model.parameters(), 25ll << 20);
+    ctx.backward_listener = sync.get();
+    const uint64_t mine = runs.size();
+    std::vector<uint64_t> all(size_t(coll->world_size()));
+    coll->all_gather(&mine, all.data(), 1);
+    turns = size_t(*std::max_element(all.begin(), all.end()));
+  }
+  for (int64_t round = 0; round < c.rounds; ++round)
+    for (size_t turn = 0; turn < turns; ++turn) {
+      PrecisionRun& run = runs[turn % runs.size()];
+      model.apply_plan(plan_uniform(desc, run.mode));
+      ctx.timer = &run.timer;
+      memory.reset_peak();
+      for (int64_t s = 0; s <= c.steps; ++s) {  // s == 0: warm-up, discarded
+        ctx.step = step++;
+        const double step_start = now_seconds();
+        model.zero_grad();
+        if (sync) sync->begin_step();
+        const Tensor logits = model.forward(batches.next(), ctx);
+        if (round == 0 && s == 1) model.visit_layers([&run](Layer& l) { run.saved[l.name()] = l.saved_bytes(); });
+        const SoftmaxXentResult res = softmax_cross_entropy(logits, batches.targets(), divisor, &memory);
+        model.backward(res.dlogits, ctx);
+        const double computed = now_seconds() - step_start;
+        if (sync) sync->finish_step();  // the wait for the slowest rank: not this class's cost
+        const double t0 = now_seconds();
+        opt.step(ctx.step);
+        const double optimizer = now_seconds() - t0;
+        if (s > 0) optimizer_seconds.push_back(optimizer);
+        if (s > 0 && run.mode == LayerPrecision::FP32) fp32_step_seconds.push_back(computed + optimizer);
+        if (coll) {  // the step's stats all-reduce, as training ends a step
+          double stats[4] = {res.loss_sum, 0, 0, 0};
+          coll->all_reduce_sum(stats, 4);
+        }
+        if (s == 0) run.timer.discard_step();
+        else run.timer.end_step();
+      }
+      ctx.timer = nullptr;
+      if (run.mode == LayerPrecision::FP32) fp32_peak_bytes = std::max(fp32_peak_bytes, memory.peak_bytes());
     }
-    ctx.timer = nullptr;
-    if (t.mode == LayerPrecision::FP32) fp32_peak_bytes = memory.peak_bytes();
+  for (PrecisionRun& run : runs) {
+    const LayerPrecisionTraits& t = layer_precision_traits(run.mode);
+    const OpStepSamples& timer = run.timer;
+    std::map<std::string, int64_t>& saved = run.saved;
     for (const LayerDesc* l : model_gemm_layers(desc)) {
       LayerCost cost;
       cost.forward_seconds = gemm_phase_seconds(timer, l->name, true);
@@ -287,12 +356,16 @@ DeviceProfile profile_run(const ProfileConfig& c) {
     const RankPrediction parts = replay_step(desc, {whole}, CommProfile{}, 25ll << 20).ranks.at(0);
     p.step_overhead_seconds = std::max(0.0, median_of(fp32_step_seconds) - parts.compute_seconds);
     p.step_overhead_bytes = std::max<int64_t>(0, fp32_peak_bytes - parts.peak_memory_bytes);
+    p.step_jitter = step_jitter_of(fp32_step_seconds, c.steps);
   }
   p.source = "measured on " + cpu_model_name() + " as " + device.name + " (" + std::to_string(c.threads) +
-             " thread" + (c.threads == 1 ? "" : "s") + "), median of " + std::to_string(c.steps) +
-             " steps after a warm-up, " + optimizer_kind_name(c.optimizer.kind) + ", " +
+             " thread" + (c.threads == 1 ? "" : "s") + "), median of " + std::to_string(c.rounds) + " round" +
+             (c.rounds == 1 ? "" : "s") + " of " + std::to_string(c.steps) + " steps after a warm-up, " + optimizer_kind_name(c.optimizer.kind) + ", " +
              (c.data.empty() ? "synthetic data" : "data " + c.data) +
-             (emulated.empty() ? "" : "; emulated: " + emulated) + (skipped.empty() ? "" : "; unsupported: " + skipped);
+             (emulated.empty() ? "" : "; emulated: " + emulated) + (skipped.empty() ? "" : "; unsupported: " + skipped) +
+             (coll ? "; rank " + std::to_string(coll->rank()) + " of a world of " + std::to_string(coll->world_size()) +
+                         " synchronizing gradients every step"
+                   : std::string());
   if (!c.out.empty()) device_profile_write(c.out, p);
   if (!c.quiet) {
     std::fputs(profile_summary(p).c_str(), stdout);
@@ -303,8 +376,8 @@ DeviceProfile profile_run(const ProfileConfig& c) {
 
 const char* const PROFILE_USAGE =
     "usage: qsync-worker profile --model FILE|NAME --device-class C --batch B --out FILE [--threads N]\n"
-    "         [--data DIR|FILE] [--steps S (measured steps per precision, default 5)] [--optimizer adamw|sgd]\n"
-    "         [--seed S] [--quiet]\n";
+    "         [--data DIR|FILE] [--steps S (measured steps per round, default 5)]\n"
+    "         [--rounds R (passes over the precisions, default 3)] [--optimizer adamw|sgd] [--seed S] [--quiet]\n";
 
 ProfileConfig profile_parse_args(int argc, char** argv) {
   ProfileConfig c;
@@ -323,6 +396,7 @@ ProfileConfig profile_parse_args(int argc, char** argv) {
     else if (a == "--threads") c.threads = int(integer(a, v));
     else if (a == "--data") c.data = v;
     else if (a == "--steps") c.steps = integer(a, v);
+    else if (a == "--rounds") c.rounds = integer(a, v);
     else if (a == "--out") c.out = v;
     else if (a == "--optimizer") c.optimizer.kind = optimizer_kind_from_name(v);
     else if (a == "--seed") c.seed = uint64_t(integer(a, v));

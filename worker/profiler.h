@@ -5,7 +5,9 @@
 // For each layer precision whose forward format the class can compute (kernels
 // device_class_capabilities: UNSUPPORTED ones are skipped, EMULATED ones are real choices and are
 // profiled), the model trains a few steps under a uniform plan: one warm-up step is discarded,
-// then every op's per-step seconds are kept and their medians taken. Recorded per GEMM layer:
+// then every op's per-step seconds are kept. The precisions take turns over several rounds (a
+// shared machine has slow phases seconds long; turns spread them over every precision) and each
+// op's median is taken over all rounds. Recorded per GEMM layer:
 // "<layer>.forward" / "<layer>.backward" (they include the layer's own casts; attention's qkv and
 // proj are not timed as leaves, so their costs are the sums of their ".cast_*" and ".gemm_*"
 // ops), the saved input bytes and the weight-copy bytes. From the FP32 run: the non-GEMM leaves
@@ -35,7 +37,8 @@ struct ProfileConfig {
   int64_t batch = 0;         // the local batch (required, > 0)
   int threads = 1;
   std::string data;          // Fashion-MNIST dir / text file; empty: synthetic batches (same cost)
-  int64_t steps = 5;         // measured steps per precision, after one discarded warm-up step
+  int64_t steps = 5;         // measured steps per precision and round, after one discarded warm-up step
+  int64_t rounds = 3;        // passes over the precisions; every op's median is over all rounds' steps
   std::string out;           // where the profile JSON goes ("": not written)
   OptimizerConfig optimizer; // AdamW by default, as `train`
   uint64_t seed = 1;
@@ -61,6 +64,11 @@ class OpStepSamples : public OpTimer {
 // the INT8 -> 16-bit cast) and fills p.casts ((FP32, BF16), (FP32, FP16), (FP32, INT8) per
 // tensor, (FP32, FP8_E4M3), (INT8, ctx.sixteen_bit)) and p.channel_casts ((FP32, INT8)).
 void profile_fit_casts(DeviceProfile& p, StepContext& ctx, int reps = 5);
+
+// DeviceProfile::step_jitter from whole-step seconds measured in rounds of `per_round`
+// consecutive steps: a robust standard deviation of neighbouring steps (the median absolute
+// successive difference / 0.6745 / sqrt 2) over the median step. 0 below 2 steps a round.
+double step_jitter_of(const std::vector<double>& seconds, int64_t per_round);
 
 // Activates the class, measures, writes c.out (atomically) when set and returns the profile.
 DeviceProfile profile_run(const ProfileConfig& c);

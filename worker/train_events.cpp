@@ -116,6 +116,8 @@ void train_summary_write_json(const TrainSummary& s, const std::string& path) {
       {"median_compute_seconds", s.median_compute_seconds},
       {"median_wait_seconds", s.median_wait_seconds},
       {"median_allreduce_seconds", s.median_allreduce_seconds},
+      {"median_optimizer_seconds", s.median_optimizer_seconds},
+      {"median_stats_seconds", s.median_stats_seconds},
       {"wall_seconds", s.wall_seconds},
       {"peak_memory_bytes", s.peak_memory_bytes},
       {"weight_hash", s.weight_hash},

@@ -241,7 +241,7 @@ TrainSummary train_run_reporting(const TrainConfig& c, TerminationReport& report
   const float loss_divisor = float(double(global_batch) * positions_per_sample);  // global mean
   Tensor x = Tensor::empty(batch_shape(desc, local_batch), Precision::FP32, &memory, "input batch");
   std::vector<int32_t> targets;
-  std::vector<double> step_seconds, compute_seconds, wait_seconds, allreduce_seconds;
+  std::vector<double> step_seconds, compute_seconds, wait_seconds, allreduce_seconds, optimizer_seconds, stats_seconds;
   try {
     for (; step < total_steps; ++step) {
       data->next(x, targets);
@@ -254,10 +254,14 @@ TrainSummary train_run_reporting(const TrainConfig& c, TerminationReport& report
       model.backward(res.dlogits, ctx);
       const double compute = seconds_since(t0);
       if (sync) sync->finish_step();
+      const auto t_optimizer = std::chrono::steady_clock::now();
       opt.step(step);
+      const auto t_stats = std::chrono::steady_clock::now();
+      optimizer_seconds.push_back(std::chrono::duration<double>(t_stats - t_optimizer).count());
       // One small all-reduce: the global loss and accuracy, and whether any rank was asked to stop.
       double stats[4] = {res.loss_sum, double(res.correct), double(targets.size()), stop.requested() ? 1.0 : 0.0};
       coll->all_reduce_sum(stats, 4);
+      stats_seconds.push_back(seconds_since(t_stats));
       step_seconds.push_back(seconds_since(t0));
       compute_seconds.push_back(compute);
       wait_seconds.push_back(sync ? sync->last_wait_seconds() : 0.0);
@@ -310,6 +314,8 @@ TrainSummary train_run_reporting(const TrainConfig& c, TerminationReport& report
   s.median_step_seconds = median_of(step_seconds);
   s.median_compute_seconds = median_of(compute_seconds);
   s.median_wait_seconds = median_of(wait_seconds);
+  s.median_optimizer_seconds = median_of(optimizer_seconds);
+  s.median_stats_seconds = median_of(stats_seconds);
   s.median_allreduce_seconds = median_of(allreduce_seconds);
   s.samples_per_second = s.median_step_seconds > 0 ? double(global_batch) / s.median_step_seconds : 0;
   s.wall_seconds = seconds_since(wall0);

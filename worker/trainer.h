@@ -66,6 +66,9 @@ struct TrainSummary {
   int rank = 0, world_size = 1;
   int64_t local_batch = 0, global_batch = 0;
   double median_compute_seconds = 0, median_wait_seconds = 0, median_allreduce_seconds = 0;
+  // After the gradients are in: the optimizer step, then the step's stats all-reduce (the loss,
+  // accuracy and stop flag; it waits for the slowest rank's optimizer).
+  double median_optimizer_seconds = 0, median_stats_seconds = 0;
   bool stopped_early = false;  // a signal asked the job to checkpoint and stop
   uint64_t weight_hash = 0;    // of the final weights: equal on every rank of a job
   int64_t steps = 0, start_step = 0;

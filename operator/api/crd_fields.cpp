@@ -140,7 +140,7 @@ std::vector<Field> build_spec_fields() {
   f.push_back(Field::string("spec.planning.indicator", "The precision-sensitivity indicator.")
                   .one_of({"bidirectional", "weight-error"})
                   .with_default("bidirectional"));
-  f.push_back(Field::boolean("spec.planning.batchMoves", "Let the allocator move batch between ranks.").with_default(false));
+  f.push_back(Field::boolean("spec.planning.batchMoves", "Let the allocator move batch between ranks: off the ranks that cannot keep pace, and off quantized ranks when that buys back precision.").with_default(true));
   f.push_back(Field::string("spec.planning.profiles",
                             "Device profiles: a ConfigMap name prefix (operator) or a directory (`qsync run`).")
                   .non_empty());

@@ -172,7 +172,7 @@ HybridTrainingJobSpec hybrid_training_job_spec_from_json(const json& input) {
     s.planning.step_time_target_seconds = checked(
         [&] { return parse_duration_seconds(s.planning.step_time_target, "spec.planning.stepTimeTarget"); }, problems);
   s.planning.indicator = json_text(p, "indicator");
-  s.planning.batch_moves = json_flag(p, "batchMoves");
+  s.planning.batch_moves = json_flag(p, "batchMoves", true);
   s.planning.profiles = json_text(p, "profiles");
   s.planning.calibration = json_text(p, "calibration");
   const json& r = spec["runPolicy"];

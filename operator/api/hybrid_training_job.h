@@ -111,7 +111,7 @@ struct PlanningSpec {
   std::string step_time_target;  // "250ms"; "" = the training devices' step time
   double step_time_target_seconds = 0;
   std::string indicator = "bidirectional";
-  bool batch_moves = false;
+  bool batch_moves = true;
   std::string profiles;
   std::string calibration;
   bool operator==(const PlanningSpec&) const = default;

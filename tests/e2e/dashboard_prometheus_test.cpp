@@ -174,7 +174,7 @@ TEST(DashboardPrometheus, EveryPanelQueryReturnsDataForALiveRun) {
 
   test::SpawnOptions run;
   run.args = {QSYNC_RUNNER_BIN, "run", dir.write("job.yaml", local_job_yaml()), "--work-dir", dir.file("work"), "--quiet",
-              "--metrics-base-port", std::to_string(worker_base_port)};
+              "--metrics-base-port", std::to_string(worker_base_port), "--profile-rounds", "1"};
   run.stdout_path = dir.file("run.out");
   run.stderr_path = dir.file("run.err");
   test::Process runner(run);

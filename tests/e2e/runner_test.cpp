@@ -14,6 +14,7 @@
 #include <chrono>
 #include <filesystem>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -74,7 +75,7 @@ Process start_runner(const TempDir& dir, const std::string& job, const std::vect
                      const std::string& tag) {
   test::SpawnOptions o;
   o.args = {QSYNC_RUNNER_BIN, "run", job, "--work-dir", dir.file("work"), "--summary-json", dir.file(tag + ".json"),
-            "--collective-timeout", "20"};
+            "--collective-timeout", "20", "--profile-rounds", "1"};  // one round: quicker profiles
   o.args.insert(o.args.end(), extra.begin(), extra.end());
   o.stdout_path = dir.file(tag + ".out");
   o.stderr_path = dir.file(tag + ".err");
@@ -235,6 +236,19 @@ TEST(Runner, PlansWithTheExactAllocatorMeasuringOnceAndReportsPredictions) {
     EXPECT_GT(predicted, measured / 10) << r.dump(2);
   }
   EXPECT_NE(first.out.find("(predicted)"), std::string::npos) << "the summary table shows predictions: " << first.out;
+  // With a CPU per rank, each rank is pinned to its own and the profiles are measured as one
+  // world of both ranks, each on its rank's CPU.
+  if (std::thread::hardware_concurrency() >= 2) {
+    EXPECT_EQ(first.summary["ranks"][0]["cpus"], "0") << first.summary.dump(2);
+    EXPECT_EQ(first.summary["ranks"][1]["cpus"], "1") << first.summary.dump(2);
+    EXPECT_NE(first.out.find("pinned: rank 0 on CPU 0, rank 1 on CPU 1"), std::string::npos) << first.out;
+    for (const char* c : {"cpu-avx512", "cpu-avx2"}) {
+      const std::string text =
+          test::read_text(dir.file(std::string("profiles/mlp-fmnist.") + class_here(c) + ".b16.profile.json"));
+      EXPECT_NE(text.find("of a world of 2 synchronizing gradients"), std::string::npos) << c << ": " << text.substr(0, 600);
+      EXPECT_NE(text.find("median of 1 round of"), std::string::npos) << "--profile-rounds 1 reaches the profiler";
+    }
+  }
   // The second run reuses the profiles and the statistics.
   const RunnerRun second = run_runner(dir, job, {"--profiles", dir.file("profiles")}, "second");
   ASSERT_EQ(second.code, 0) << second.out << second.err;

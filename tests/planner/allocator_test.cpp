@@ -35,7 +35,8 @@ struct ClassSpec {
 
 // A profile of `m` for a class: per layer random base seconds, random speedups per precision,
 // saved bytes 4 per output element at fp32 (2 at 16 bit, 1 at 8 bit) for 64 tokens a sample (so
-// activations, not weight copies, dominate), plus weight copies below fp32.
+// activations, not weight copies, dominate), plus weight copies below fp32, and a gradient copy
+// cost (so the allocator's step bound must price the bucket copies as the replayer does).
 DeviceProfile random_profile(const ModelDesc& m, const ClassSpec& c, int64_t batch, Lcg& rng) {
   DeviceProfile p = blank_profile(m, c.name, batch);
   for (const LayerDesc* l : model_gemm_layers(m)) {
@@ -49,6 +50,7 @@ DeviceProfile random_profile(const ModelDesc& m, const ClassSpec& c, int64_t bat
     }
   }
   p.optimizer_seconds = 0.4e-3 * c.slowdown;
+  p.casts[{Precision::FP32, Precision::FP32}] = LinearCost{5e-9 * c.slowdown, 2e-5};  // the gradient bucket copies
   p.static_bytes = 16 * model_parameter_count(m);
   return p;
 }
@@ -314,6 +316,38 @@ TEST(Allocator, BatchMovesBuyBackPrecision) {
   EXPECT_EQ(moved.plans[2].local_batch, 60);
   ASSERT_EQ(moved.notes.size(), 1u);
   EXPECT_NE(moved.notes[0].find("4 samples from rank 2 to rank 0"), std::string::npos) << moved.notes[0];
+}
+
+TEST(Allocator, BatchMovesRelieveARankThatCannotMeetTheTarget) {
+  // "a" and "slow" (1.5x a's time) run fp32 only, so "slow" misses the target (a's step at 64
+  // samples) at any precision. Moving samples to "a" balances them: speeds 1.5 : 1 give 76.8 : 51.2
+  // of 128 samples, so the slowest fastest-plan bound is lowest at 77 : 51 (a's 77 samples).
+  AllocationRequest req;
+  req.model = chain_model({32, 10});
+  req.global_batch = 128;
+  for (const ClassSpec& c : {ClassSpec{"a", {P::FP32}, 1.0}, ClassSpec{"slow", {P::FP32}, 1.5}}) {
+    PoolRank r;
+    r.device_class = c.name;
+    r.profile = blank_profile(req.model, c.name, 64);
+    for (const LayerDesc* l : model_gemm_layers(req.model))
+      r.profile.gemm_layers[l->name][P::FP32] = cost(1e-3 * c.slowdown, 2e-3 * c.slowdown);
+    req.pool.push_back(r);
+  }
+  req.indicator = indicator_fallback_table(req.model);
+  const Allocation plain = allocate(req, "exact");
+  EXPECT_FALSE(plain.meets_target);
+  req.allow_batch_moves = true;
+  const Allocation moved = allocate(req, "exact");
+  EXPECT_EQ(moved.plans[0].local_batch, 77);
+  EXPECT_EQ(moved.plans[1].local_batch, 51);
+  EXPECT_LT(moved.predicted.step_seconds, plain.predicted.step_seconds * 0.85);  // 6 ms x 1.5 -> about 7.2 ms
+  EXPECT_FALSE(moved.meets_target);  // the target (a's step at 64 samples) stays out of reach
+  ASSERT_FALSE(moved.notes.empty());
+  EXPECT_NE(moved.notes[0].find("rank 0 64 -> 77, rank 1 64 -> 51"), std::string::npos) << moved.notes[0];
+  EXPECT_NE(moved.notes[0].find("planned for it"), std::string::npos) << moved.notes[0];
+  // Dynamic batching gives the same split here: proportional to fp32 speed.
+  const Allocation db = allocate(req, "dynamic-batching");
+  EXPECT_NEAR(moved.predicted.step_seconds, db.predicted.step_seconds, 0.02 * db.predicted.step_seconds);
 }
 
 TEST(Allocator, PlansA100LayerModelOn16DevicesQuickly) {

@@ -145,6 +145,24 @@ TEST(DeviceProfile, FitLinearCostRecoversExactLines) {
   expect_error<std::invalid_argument>([] { fit_linear_cost({1, 2}, {1.0}); }, {"2 sizes and 1 times"});
 }
 
+TEST(DeviceProfile, RelativeFitKeepsTheInterceptOfSmallSizes) {
+  // An exact line is recovered by both fits.
+  const std::vector<int64_t> n = {4, 64, 1024, 16384, 262144, 4194304, 16777216};
+  std::vector<double> t;
+  for (int64_t x : n) t.push_back(1e-9 * double(x) + 90e-6);
+  const LinearCost exact = fit_linear_cost_relative(n, t);
+  EXPECT_NEAR(exact.a, 1e-9, 1e-15);
+  EXPECT_NEAR(exact.b, 90e-6, 1e-10);
+  // 20% noise at 4 MiB more than doubles the plain fit's intercept (to about 200 us); the
+  // relative fit keeps the small sizes' 90 us within 10%.
+  t[5] *= 1.2;
+  EXPECT_GT(fit_linear_cost(n, t).b, 180e-6);
+  EXPECT_NEAR(fit_linear_cost_relative(n, t).b, 90e-6, 9e-6);
+  EXPECT_EQ(fit_linear_cost_relative({4096}, {7e-6}).a, 0);  // one size: a constant
+  EXPECT_DOUBLE_EQ(fit_linear_cost_relative({4096}, {7e-6}).b, 7e-6);
+  expect_error<std::invalid_argument>([] { fit_linear_cost_relative({}, {}); }, {"at least one point"});
+}
+
 TEST(DeviceProfile, ScaledMovesTimesAndActivationsWithTheBatch) {
   const DeviceProfile p = sample_profile(mlp(), "cpu-avx2", 64);
   const DeviceProfile s = device_profile_scaled(p, 128);

@@ -2,10 +2,13 @@
 // Tests of planner/replayer.h against hand-computed small graphs: gradient buckets, the first
 // bucket's all-reduce overlapping backward, a slow rank delaying the sync while the fast one
 // waits the difference, one rank without sync, memory = static + saved (scaled to the local
-// batch) + weight copies, the profile's step residual, planned precisions' costs, and the errors for a missing precision.
+// batch) + weight copies, the profile's step residual, the gradient copies into and out of the
+// buckets, planned precisions' costs, and the errors for a missing precision.
 #include "planner/replayer.h"
 
 #include <gtest/gtest.h>
+
+#include <cmath>
 
 #include "planner/replay_timeline.h"
 #include "tests/planner/planner_test_support.h"
@@ -115,6 +118,68 @@ TEST(Replayer, OneRankDoesNotSynchronize) {
   EXPECT_DOUBLE_EQ(s.step_seconds, 10.5);
   EXPECT_DOUBLE_EQ(s.ranks[0].wait_seconds, 0);
   EXPECT_DOUBLE_EQ(s.allreduce_end_seconds, 0);
+}
+
+TEST(Replayer, GradientCopiesGoInTheBackwardAndBeforeTheOptimizer) {
+  DeviceProfile p = two_layer_profile(1);
+  p.casts[{Precision::FP32, Precision::FP32}] = LinearCost{0.01, 0};  // 0.01 s per element copied
+  const StepPrediction s = replay_step(two_layer(), {rank_of(p, 4), rank_of(p, 4)}, comm(1, 0.001), 144);
+  // Bucket 0 (fc1: 36 elements) is copied in when fc1's backward ends: 6 + 0.36, and all-reduced
+  // 6.36..7.504. fc0's backward 6.36..10.36, its bucket's copy (136 elements) to 11.72: bucket 1
+  // runs 11.72..13.264. Then all 172 gradients back out (1.72 s) to 14.984, the optimizer to
+  // 15.484, and the stats all-reduce (1.032 s) to 16.516.
+  for (const RankPrediction& r : s.ranks) {
+    EXPECT_NEAR(r.backward_end_seconds, 11.72, 1e-12);
+    EXPECT_NEAR(r.compute_seconds, 12.22, 1e-12);
+    EXPECT_NEAR(r.wait_seconds, 1.544 + 1.72, 1e-12);  // the worker's wait includes the copy out
+    EXPECT_NEAR(r.optimizer_seconds, 0.5, 1e-12);
+  }
+  EXPECT_NEAR(s.allreduce_end_seconds, 13.264, 1e-12);
+  EXPECT_NEAR(s.step_seconds, 16.516, 1e-12);
+  // One rank has no buckets and copies nothing.
+  EXPECT_DOUBLE_EQ(replay_step(two_layer(), {rank_of(p, 4)}, comm(1, 0.001), 144).step_seconds, 10.5);
+  const GradientCopies c = gradient_copy_seconds(p, gradient_buckets({0, 136, 0, 36}, 144));
+  ASSERT_EQ(c.into_bucket.size(), 2u);
+  EXPECT_NEAR(c.into_bucket[0], 0.36, 1e-12);
+  EXPECT_NEAR(c.into_bucket[1], 1.36, 1e-12);
+  EXPECT_NEAR(c.out_of_buckets, 1.72, 1e-12);
+}
+
+TEST(Replayer, TheStatsAllReduceCostsTheMeasuredLateArrivalWhenLarger) {
+  const DeviceProfile p = two_layer_profile(1);
+  CommProfile c = comm(1, 0.001);
+  c.late_sync_seconds = 2.5;  // above comm.seconds(32 B) = 1.032
+  EXPECT_NEAR(replay_step(two_layer(), {rank_of(p, 4), rank_of(p, 4)}, c, 144).step_seconds, 12.044 + 2.5, 1e-12);
+  c.late_sync_seconds = 0.5;  // below it: the all-reduce's own cost
+  EXPECT_NEAR(replay_step(two_layer(), {rank_of(p, 4), rank_of(p, 4)}, c, 144).step_seconds, 13.076, 1e-12);
+  EXPECT_EQ(step_stats_seconds(c, 1), 0);
+}
+
+TEST(Replayer, ExpectedMaxOfNormalsIsClarksMoments) {
+  EXPECT_NEAR(expected_max_of_normals({0, 0}, {1, 1}), 1 / std::sqrt(M_PI), 1e-12);  // E max of two N(0,1)
+  EXPECT_NEAR(expected_max_of_normals({10, 0}, {1, 1}), 10, 1e-9);                  // far apart: the larger
+  EXPECT_DOUBLE_EQ(expected_max_of_normals({5, 7, 6}, {0, 0, 0}), 7);
+  EXPECT_NEAR(expected_max_of_normals({3}, {2}), 3, 1e-12);
+  // Three equal N(0,1): exactly 1.5 / sqrt(pi) = 0.8463; Clark's one-at-a-time folding gives 0.8453.
+  EXPECT_NEAR(expected_max_of_normals({0, 0, 0}, {1, 1, 1}), 1.5 / std::sqrt(M_PI), 2e-3);
+}
+
+TEST(Replayer, StepJitterLengthensABalancedStep) {
+  DeviceProfile p = two_layer_profile(1);
+  p.step_jitter = 0.1;  // sd 10% of the backward end: 1 s at 10 s
+  const StepPrediction s = replay_step(two_layer(), {rank_of(p, 4), rank_of(p, 4)}, comm(1, 0.001), 144);
+  EXPECT_NEAR(s.jitter_seconds, std::sqrt(2.0) / std::sqrt(2 * M_PI), 1e-12);  // theta * pdf(0), theta = sqrt 2
+  EXPECT_NEAR(s.step_seconds, 13.076 + s.jitter_seconds, 1e-12);
+  EXPECT_NEAR(s.ranks[0].wait_seconds, 1.544 + s.jitter_seconds, 1e-12);
+  // A rank 10 s behind the other (sd 1 s and 2 s): the spread hardly matters.
+  const DeviceProfile slow = [&] {
+    DeviceProfile q = two_layer_profile(2);
+    q.step_jitter = 0.1;
+    return q;
+  }();
+  EXPECT_LT(replay_step(two_layer(), {rank_of(p, 4), rank_of(slow, 4)}, comm(1, 0.001), 144).jitter_seconds, 1e-5);  // 1.8e-6 s
+  // One rank waits for nobody.
+  EXPECT_EQ(replay_step(two_layer(), {rank_of(p, 4)}, comm(1, 0.001), 144).jitter_seconds, 0);
 }
 
 TEST(Replayer, TheStepResidualComesBeforeTheFirstLayerAndScalesWithTheBatch) {

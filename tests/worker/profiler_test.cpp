@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <string>
@@ -79,6 +80,16 @@ bool in_child(F&& fn) {
   return WIFEXITED(status) && WEXITSTATUS(status) == 0;
 }
 
+TEST(StepJitter, NeighbouringDifferencesWithinRoundsOverTheMedian) {
+  // Alternating 10 and 12 ms: every successive difference is 2 ms; the median step is 11 ms.
+  const double sd = 0.002 / 0.6745 / std::sqrt(2.0);
+  EXPECT_NEAR(step_jitter_of({0.010, 0.012, 0.010, 0.012}, 4), sd / 0.011, 1e-12);
+  // A slow second round (drift) adds nothing: differences are taken within rounds only.
+  EXPECT_NEAR(step_jitter_of({0.010, 0.012, 0.015, 0.017}, 2), 0.002 / 0.6745 / std::sqrt(2.0) / 0.0135, 1e-12);
+  EXPECT_EQ(step_jitter_of({0.010, 0.010, 0.010}, 3), 0.0);  // steady steps
+  EXPECT_EQ(step_jitter_of({0.010, 0.012}, 1), 0.0);          // one step a round: nothing to compare
+}
+
 class ProfilerRun : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -92,11 +103,13 @@ class ProfilerRun : public ::testing::Test {
       c.model = "mlp";
       c.batch = 16;
       c.steps = 2;
+      c.rounds = 2;  // the precisions take turns: samples of both rounds are kept
       c.out = (dir_ / "mlp.profile.json").string();
       profile_run(c);
       c.model = "vit";
       c.batch = 4;
       c.steps = 1;
+      c.rounds = 1;
       c.out = (dir_ / "vit.profile.json").string();
       profile_run(c);
     });
@@ -117,6 +130,7 @@ TEST_F(ProfilerRun, MlpHasEveryGemmLayerAtFp32AndInt8) {
   EXPECT_EQ(p.device_class, "cpu-avx2");
   EXPECT_FALSE(p.estimated);
   EXPECT_NE(p.source.find("measured on"), std::string::npos);
+  EXPECT_NE(p.source.find("median of 2 rounds of 2 steps"), std::string::npos) << p.source;
   for (const LayerDesc* l : model_gemm_layers(m)) {
     const auto& costs = p.gemm_layers.at(l->name);
     for (LayerPrecision lp : {LayerPrecision::FP32, LayerPrecision::INT8}) {
