@@ -93,7 +93,8 @@ def main():
                 s = summaries[steps.index(sorted(steps)[(len(steps) - 1) // 2])]  # the median run's details
                 weak = s["ranks"][1]
                 rows.append({"model": model, "plan": plan, "strategy": s["plan"]["strategy"],
-                             "weak_plan": weak.get("plan"), "measured_ms": measured * 1e3,
+                             "weak_plan": weak.get("plan"), "local_batches": [r["local_batch"] for r in s["ranks"]],
+                             "measured_ms": measured * 1e3,
                              "measured_runs_ms": [x * 1e3 for x in steps],
                              "predicted_runs_ms": [x["plan"]["predicted_step_seconds"] * 1e3 for x in summaries],
                              "weak_plans": [x["ranks"][1].get("plan") for x in summaries],
@@ -112,11 +113,12 @@ def main():
                       f"predicted {predicted * 1e3:8.1f} ms  error {rows[-1]['error'] * 100:+6.1f}%", flush=True)
     errors = [abs(r["error"]) for r in rows]
     print()
-    print("| model | plan | weak rank's plan | measured step ms (runs) | predicted ms | error |")
-    print("|---|---|---|---|---|---|")
+    print("| model | plan | local batches | weak rank's plan | measured step ms (runs) | predicted ms | error |")
+    print("|---|---|---|---|---|---|---|")
     for r in rows:
         runs_ms = ", ".join(f"{x:.1f}" for x in r["measured_runs_ms"])
-        print(f"| {r['model']} | {r['plan']} | {r['weak_plan']} | {r['measured_ms']:.1f} ({runs_ms}) | "
+        batches = "/".join(str(b) for b in r["local_batches"])
+        print(f"| {r['model']} | {r['plan']} | {batches} | {r['weak_plan']} | {r['measured_ms']:.1f} ({runs_ms}) | "
               f"{r['predicted_ms']:.1f} | {r['error'] * 100:+.1f}% |")
     print(f"\n{len(rows)} configurations: median |error| {statistics.median(errors) * 100:.1f}%, "
           f"worst {max(errors) * 100:.1f}%")

@@ -35,7 +35,7 @@ TEXT = "/usr/share/common-licenses/GPL-3"
 MODELS = {  # steps, global batch, eval every, learning rate
     "cnn": (200, 128, 25, 0.002),
     "vit": (300, 128, 50, 0.002),
-    "char-gpt": (200, 64, 25, 0.002),
+    "char-gpt": (300, 64, 25, 0.002),
 }
 STRATEGIES = {  # allocator, planning.precision, lowPrecision
     "exact": ("exact", "fp32", "int8"),
@@ -94,7 +94,7 @@ def train(tmp, model, seed, strategy, profiles, work):
     return {"curve": curve, "final": curve[-1][1], "train_seconds": curve[-1][0],
             "median_step_ms": s["ranks"][0]["median_step_seconds"] * 1e3,
             "predicted_step_ms": s["plan"]["predicted_step_seconds"] * 1e3,
-            "plans": [r["plan"] for r in s["ranks"]]}
+            "plans": [r["plan"] for r in s["ranks"]], "batches": [r["local_batch"] for r in s["ranks"]]}
 
 
 def better(a, b, lm):
@@ -147,13 +147,13 @@ def report(model, runs, strategies, seeds):
                "time_to_target": statistics.median(reached) if len(reached) == len(rs) else None,
                "reached": f"{len(reached)}/{len(rs)}",
                "at_budget": statistics.median(at_budget) if at_budget else None,
-               "plans": rs[0]["plans"]}
+               "plans": rs[0]["plans"], "batches": rs[0].get("batches")}
         rows[st] = row
         print(f"| {st} | {row['step_ms']:.1f} ({row['predicted_step_ms']:.1f}) | {row['final']:.2f} | "
               f"{row['paired_diff_mean']:+.2f} +- {row['paired_diff_sd']:.2f} | "
               f"{fmt(row['time_to_target'])} ({row['reached']} reached) | {fmt(row['at_budget'])} |")
     for st in strategies:
-        print(f"  {st}: weak rank plan {rows[st]['plans'][-1]}")
+        print(f"  {st}: local batches {rows[st]['batches']}, weak rank plan {rows[st]['plans'][-1]}")
     return {"target": target, "budget_seconds": budget, "rows": rows}
 
 
