@@ -287,7 +287,7 @@ TEST_F(OperatorE2eTest, SuspendCheckpointsAndResumeContinuesFromIt) {
   create_nodes_and_profiles();
   cluster_->start_operator(master_port_);
   // Enough steps to be still training when suspended; a checkpoint every 10 steps.
-  ASSERT_EQ(apply_job("fmnist-suspend", {{"steps: 40", "steps: 600"}}).code, 0);
+  ASSERT_EQ(apply_job("fmnist-suspend", {{"steps: 40", "steps: 300"}}).code, 0);
   ASSERT_EQ(wait_phase("fmnist-suspend", "Running", 60s), "Running");
   const std::string checkpoint =
       cluster_->kubelet_root() + "/claims/default/fmnist-suspend-checkpoints/fmnist-suspend/latest.qckpt";
@@ -313,7 +313,7 @@ TEST_F(OperatorE2eTest, SuspendCheckpointsAndResumeContinuesFromIt) {
   EXPECT_NE(stopped_log.find("stop requested: checkpointing at step " + std::to_string(suspended_at)), std::string::npos)
       << "lastCheckpointStep " << suspended_at << " is not the step rank 0 stopped at:\n"
       << stopped_log.substr(stopped_log.size() > 3000 ? stopped_log.size() - 3000 : 0);
-  EXPECT_LT(suspended_at, 600) << "the job finished before it was suspended: raise its steps";
+  EXPECT_LT(suspended_at, 300) << "the job finished before it was suspended: raise its steps";
   const json suspended = job_object("fmnist-suspend");
   EXPECT_EQ(condition_status(suspended, "Suspended"), "True");
   EXPECT_EQ(condition_status(suspended, "Running"), "False");
@@ -333,8 +333,8 @@ TEST_F(OperatorE2eTest, SuspendCheckpointsAndResumeContinuesFromIt) {
     EXPECT_EQ(std::stoll(log.substr(step_at + 8)), suspended_at) << log.substr(at, 200);
   }
   // Rank 0 checkpoints the final step at the end: that is the last checkpoint.
-  EXPECT_EQ(job["status"].value("lastCheckpointStep", int64_t(-1)), 600) << job["status"].dump(2);
-  EXPECT_EQ(logged_step("fmnist-suspend-worker-0"), 600);
+  EXPECT_EQ(job["status"].value("lastCheckpointStep", int64_t(-1)), 300) << job["status"].dump(2);
+  EXPECT_EQ(logged_step("fmnist-suspend-worker-0"), 300);
 }
 
 TEST_F(OperatorE2eTest, InvalidSpecsAreRefusedOrFailWithWhatToFix) {
