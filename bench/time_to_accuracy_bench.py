@@ -10,8 +10,8 @@ evaluations excluded) and held-out quality (accuracy, or perplexity for char-gpt
 
 Reported per model:
   * the gap between FP32 and each uniform low precision (paired by seed: mean and spread);
-  * time to target quality (target: 99% of uniform FP32's median final accuracy, or 101% of its
-    median final perplexity), median over seeds;
+  * time to target quality, paired by seed (target: 99% of the same seed's uniform-FP32 final
+    accuracy, or 101% of its final perplexity), median over seeds;
   * quality after a fixed budget (the median time the fastest strategy needs for all steps);
   * final quality, paired against uniform FP32 (mean difference +- standard deviation).
 Strategies whose plans come out identical (same per-rank precisions and batches) train
@@ -124,11 +124,11 @@ def report(model, runs, strategies, seeds):
     lm = model == "char-gpt"
     metric = "perplexity" if lm else "accuracy %"
     fp32 = [runs[("uniform", s)] for s in seeds]
-    ref = statistics.median(r["final"] for r in fp32)
-    target = ref * 1.01 if lm else ref * 0.99
+    targets = [f["final"] * (1.01 if lm else 0.99) for f in fp32]  # per seed: runs are paired
+    target = statistics.median(targets)
     budget = min(statistics.median(runs[(st, s)]["train_seconds"] for s in seeds) for st in strategies)
-    print(f"\n## {model}: {metric}; target {target:.2f} ({'101' if lm else '99'}% of uniform FP32's median "
-          f"final), budget {budget:.1f} s")
+    print(f"\n## {model}: {metric}; target {'101' if lm else '99'}% of the same seed's uniform FP32 final "
+          f"(median {target:.2f}), budget {budget:.1f} s")
     print(f"| strategy | step ms (pred.) | final {metric} (median) | paired diff vs FP32 (mean +- sd) | "
           f"time to target s (median) | {metric} at budget (median) |")
     print("|---|---|---|---|---|---|")
@@ -136,7 +136,7 @@ def report(model, runs, strategies, seeds):
     for st in strategies:
         rs = [runs[(st, s)] for s in seeds]
         diffs = [r["final"] - f["final"] for r, f in zip(rs, fp32)]
-        ttt = [time_to(r["curve"], target, lm) for r in rs]
+        ttt = [time_to(r["curve"], t, lm) for r, t in zip(rs, targets)]
         reached = [t for t in ttt if t is not None]
         at_budget = [q for q in (quality_at(r["curve"], budget) for r in rs) if q is not None]
         row = {"step_ms": statistics.median(r["median_step_ms"] for r in rs),

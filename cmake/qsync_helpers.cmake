@@ -59,7 +59,7 @@ function(qsync_cc_binary)
 endfunction()
 
 function(qsync_cc_test)
-  cmake_parse_arguments(Q "" "NAME;RESOURCE_LOCK" "SRCS;DEPS;LABELS" ${ARGN})
+  cmake_parse_arguments(Q "" "NAME;RESOURCE_LOCK;COST" "SRCS;DEPS;LABELS" ${ARGN})
   add_executable(${Q_NAME} ${Q_SRCS})
   set_target_properties(${Q_NAME} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
   target_compile_options(${Q_NAME} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:${QSYNC_WARNINGS}>
@@ -73,6 +73,11 @@ function(qsync_cc_test)
   set(lock)
   if(Q_RESOURCE_LOCK)
     set(lock RESOURCE_LOCK ${Q_RESOURCE_LOCK})
+  endif()
+  # COST: roughly the seconds of its longest test. ctest starts costly tests first; a fresh build
+  # has no timing history, and a minute-long test started last would make the whole run's tail.
+  if(Q_COST)
+    list(APPEND lock COST ${Q_COST})
   endif()
   gtest_discover_tests(${Q_NAME}
     PROPERTIES SKIP_REGULAR_EXPRESSION "\\[  SKIPPED \\]" LABELS "${labels}" ${lock}
