@@ -222,13 +222,8 @@ DeviceProfile profile_run(const ProfileConfig& c) {
   // synchronizes its gradients as training does: the gradient-sync and Gloo threads then share
   // this rank's CPUs while it computes, and the measured costs include what they take. The waits
   // themselves are not timed.
-  const RendezvousConfig rc = rendezvous_config_with_overrides(-1, -1, "", -1, 120);
-  std::unique_ptr<Rendezvous> rendezvous;
-  std::unique_ptr<Collectives> coll;
-  if (rc.world_size > 1) {
-    rendezvous = std::make_unique<Rendezvous>(rc);
-    coll = collectives_gloo(*rendezvous, rc.timeout);
-  }
+  World world = world_join(rendezvous_config_with_overrides(-1, -1, "", -1, 120));
+  Collectives* coll = world.collectives->world_size() > 1 ? world.collectives.get() : nullptr;
 
   MemoryAccount memory(0, "profile");
   Model model(desc, &memory, c.seed);

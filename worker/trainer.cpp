@@ -144,14 +144,8 @@ TrainSummary train_run_reporting(const TrainConfig& c, TerminationReport& report
 
   // The world: a rendezvous and Gloo collectives when there is more than one rank.
   const RendezvousConfig rc = rendezvous_for(c);
-  std::unique_ptr<Rendezvous> rendezvous;
-  std::unique_ptr<Collectives> coll;
-  if (rc.world_size > 1) {
-    rendezvous = std::make_unique<Rendezvous>(rc);
-    coll = collectives_gloo(*rendezvous, rc.timeout);
-  } else {
-    coll = collectives_local();
-  }
+  World joined = world_join(rc);
+  std::unique_ptr<Collectives>& coll = joined.collectives;
   coll = collectives_with_link(std::move(coll), c.link);  // unchanged when no --link is given
   const int rank = coll->rank(), world = coll->world_size();
   const std::vector<int64_t> batches = local_batches(c, plan, *coll);

@@ -46,4 +46,13 @@ std::unique_ptr<Collectives> collectives_gloo(Rendezvous& rv, std::chrono::milli
 // NCCL (throws when this build has no CUDA or no device is present).
 std::unique_ptr<Collectives> collectives_nccl(Rendezvous& rv, int device);
 
+// A process's place in a job: with more than one rank, the rendezvous and Gloo collectives over
+// it (timeout rc.timeout); with one, collectives_local and no rendezvous. The collectives are
+// declared last, so they are destroyed before the rendezvous they use.
+struct World {
+  std::unique_ptr<Rendezvous> rendezvous;
+  std::unique_ptr<Collectives> collectives;
+};
+World world_join(const RendezvousConfig& rc);
+
 }  // namespace qsync

@@ -255,6 +255,17 @@ class LocalCollectives : public Collectives {
 
 std::unique_ptr<Collectives> collectives_local() { return std::make_unique<LocalCollectives>(); }
 
+World world_join(const RendezvousConfig& rc) {
+  World w;
+  if (rc.world_size > 1) {
+    w.rendezvous = std::make_unique<Rendezvous>(rc);
+    w.collectives = collectives_gloo(*w.rendezvous, rc.timeout);
+  } else {
+    w.collectives = collectives_local();
+  }
+  return w;
+}
+
 std::unique_ptr<Collectives> collectives_gloo(Rendezvous& rv, milliseconds timeout) {
   return std::make_unique<GlooCollectives>(rv, timeout);
 }

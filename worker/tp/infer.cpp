@@ -191,14 +191,8 @@ InferSummary infer_run(const InferConfig& c) {
   const RendezvousConfig rc = rendezvous_for(c);
   const Prepared p = prepare(c, rc.world_size);
 
-  std::unique_ptr<Rendezvous> rendezvous;
-  std::unique_ptr<Collectives> coll;
-  if (rc.world_size > 1) {
-    rendezvous = std::make_unique<Rendezvous>(rc);
-    coll = collectives_gloo(*rendezvous, rc.timeout);
-  } else {
-    coll = collectives_local();
-  }
+  World world = world_join(rc);
+  std::unique_ptr<Collectives>& coll = world.collectives;
   coll = collectives_with_link(std::move(coll), p.link);
   TpTransformer model = tp_rank(p.weights, p.layout, *coll);
   model.set_dropped(p.dropped);
