@@ -3,7 +3,7 @@
 // side with OpenBLAS sgemm. Each class runs in its own forked process (the ISA cap is
 // process-wide). Not a test: timings are medians, and ratios are measured in one run.
 //
-//   build/bin/qsync-bench-gemm [--classes cpu-amx,cpu-avx512,cpu-avx2] [--threads 1] [--reps 5]
+//   build/bin/qsync-bench-gemm [--classes cpu-avx2,cpu-sse41] [--threads 1] [--reps 5]   (default: every CPU class)
 //                              [--quick] [--json FILE]
 #include <sys/wait.h>
 #include <unistd.h>
@@ -191,7 +191,9 @@ json print_ratios(const std::vector<GemmRow>& rows) {
 }
 
 int bench_main(int argc, char** argv) {
-  std::vector<std::string> classes = {"cpu-amx", "cpu-avx512", "cpu-avx2"};
+  std::vector<std::string> classes;  // default: every CPU class of the table (the ones the CPU lacks fall back)
+  for (const DeviceClass& c : device_classes())
+    if (c.kind == DeviceKind::CPU) classes.push_back(c.name);
   int threads = 1, reps = 5;
   bool quick = false;
   std::string json_path, openblas_child;

@@ -24,7 +24,12 @@ const std::vector<DeviceClass> CLASSES = {
     {"cpu-avx512", DeviceKind::CPU, CpuIsa::AVX512, 0,
      "CPU capped at AVX-512 VNNI (INT8 dot products, BF16 emulated)"},
     {"cpu-avx2", DeviceKind::CPU, CpuIsa::AVX2, 0,
-     "CPU capped at AVX2 (no VNNI, no BF16): the inference-GPU stand-in"},
+     "CPU capped at AVX2 (FMA; INT8 through 16-bit pair sums, no VNNI, no BF16): the training-GPU stand-in "
+     "of a pool that must run on every x86-64 CPU"},
+    {"cpu-sse41", DeviceKind::CPU, CpuIsa::SCALAR, 0,
+     "oneDNN capped at SSE4.1 (128-bit, no FMA): an older inference device; its FP32 GEMMs run at about a "
+     "third of cpu-avx2's and its INT8 GEMMs at about three times its own FP32, as a T4's tensor cores "
+     "outrun its FP32 units; the engine's own loops are the same on every class"},
     {"cuda-sm75", DeviceKind::CUDA, CpuIsa::SCALAR, 75, "Turing (T4): FP16 and INT8 tensor cores"},
     {"cuda-sm80", DeviceKind::CUDA, CpuIsa::SCALAR, 80, "Ampere (A100, A10): + BF16, TF32"},
     {"cuda-sm89", DeviceKind::CUDA, CpuIsa::SCALAR, 89, "Ada (L4, L40): + FP8"},

@@ -2,9 +2,10 @@
 // The "exact" strategy: per rank, the least-indicator plan whose step bound stays within the
 // target and whose memory fits, by the chain DP of planner/allocator_solver.h; then, with
 // allow_batch_moves, moves of a few samples: first, when a rank misses the target even at its
-// fastest precisions, from the slowest rank to others until the slowest high-precision bound
-// stops falling (straggler relief; the plan is then made for that step if it is above the
-// target), then from quantized ranks to others while that lowers the total indicator.
+// fastest precisions, from the slowest rank to others until the slowest bound (training ranks at
+// their high precision, the others at their fastest) stops falling (straggler relief; the plan
+// is then made for that step, plus a small slack, if it is above the target), then from quantized
+// ranks to others while that lowers the total indicator.
 //
 // Why per rank is enough: the job's step time is max_r bound(r) (allocator_model.h) and the
 // objective is a sum over ranks, so once the target is fixed the ranks' problems are independent
@@ -43,6 +44,10 @@ namespace {
 constexpr int TIGHTEN_ROUNDS = 4;
 constexpr int MAX_BATCH_MOVES = 32;
 constexpr int64_t MOVE_SIZES[] = {1, 2, 4, 8, 16};
+// Straggler relief plans for the fastest balanced step plus this fraction: room for the
+// least-indicator plan to keep layers at high precision where quantizing them buys little time
+// (2%: below the step-to-step noise of the machines measured here).
+constexpr double RELIEF_SLACK = 0.02;
 
 // The rank as a chain problem: its leaves' fixed work, the deadlines of `target` (none when
 // target is infinite), and per slot its scored options (value: indicator, or seconds when
@@ -188,20 +193,26 @@ std::vector<Choice> allocate_exact(JobModel& job, double target, std::vector<std
   }
 
   // Straggler relief: when some rank misses the target even at its fastest precisions, samples
-  // move from the slowest rank to another while that lowers the slowest step bound at the high
-  // precision (as dynamic batching balances, but by measured step bounds, memory included). If
-  // the balanced high-precision step is still above the target, the plan is made for it instead:
-  // no rank then needs a lower precision to keep pace, so none pays accuracy for a step that
-  // cannot reach the target anyway. Either way the ranks are re-solved at their new batches.
+  // move from the slowest rank to another while that lowers the slowest step bound, each rank
+  // taken at the fastest it may run: the training ranks at their high precision (QSync keeps the
+  // training devices' precision), the others at their fastest precisions (as dynamic batching
+  // balances, but by measured step bounds, memory and quantization included). The plan is then
+  // made for that balanced step plus RELIEF_SLACK: the fastest step the pool can reach, and
+  // within it the least-indicator plan, so a layer stays at high precision wherever its
+  // quantization buys less than the slack. (Balancing at the high precision instead costs no
+  // accuracy but gives up the weak ranks' quantized speed: the step of dynamic batching.)
   if (std::find(met.begin(), met.end(), false) != met.end()) {
-    std::map<std::pair<size_t, int64_t>, double> fastest;  // (rank, batch) -> its high-precision bound
+    const std::vector<size_t> training = training_ranks(job);
+    std::map<std::pair<size_t, int64_t>, double> fastest;  // (rank, batch) -> its fastest allowed bound
     auto fastest_bound = [&](size_t r, int64_t batch) {
       auto key = std::make_pair(r, batch);
       if (auto it = fastest.find(key); it != fastest.end()) return it->second;
       double bound = std::numeric_limits<double>::infinity();
       const RankModel m = rank_model(job, r, batch);
-      const Choice high = choice_at(m, job.request->pool[r].precision.value_or(job.request->high));
-      const RankEvaluation e = evaluate_rank(job, m, high);
+      const bool is_training = std::find(training.begin(), training.end(), r) != training.end();
+      const Choice choice = is_training ? choice_at(m, job.request->pool[r].precision.value_or(job.request->high))
+                                        : fastest_choice(job, m);
+      const RankEvaluation e = evaluate_rank(job, m, choice);
       if (fits_memory(m, e.memory)) bound = e.bound;
       return fastest[key] = bound;
     };
@@ -236,19 +247,21 @@ std::vector<Choice> allocate_exact(JobModel& job, double target, std::vector<std
       worst = best;
     }
     if (batches != before) {
-      const double planned = std::max(target, worst * (1 + 1e-9));
+      const double planned = std::max(target, worst * (1 + RELIEF_SLACK));
       std::string moved;
       for (size_t r = 0; r < batches.size(); ++r)
         moved += std::string(moved.empty() ? "" : ", ") + "rank " + std::to_string(r) + " " +
                  std::to_string(before[r]) + " -> " + std::to_string(batches[r]);
       char buf[160];
       if (planned > target)
-        std::snprintf(buf, sizeof buf, "; no plan reaches the %.3f ms target, the balanced step is %.3f ms: planned for it",
-                      target * 1e3, planned * 1e3);
+        std::snprintf(buf, sizeof buf,
+                      "; no plan reaches the %.3f ms target, the fastest balanced step is %.3f ms: planned for it + %.0f%%",
+                      target * 1e3, worst * 1e3, RELIEF_SLACK * 100);
       else
         std::snprintf(buf, sizeof buf, "; every rank now meets the %.3f ms target", target * 1e3);
-      notes.push_back("batch moves (a rank missed the step-time target at its fastest precisions; balanced at " +
-                      std::string(layer_precision_name(job.request->high)) + "): " + moved + buf);
+      notes.push_back("batch moves (a rank missed the step-time target at its fastest precisions; balanced with the "
+                      "training ranks at " + std::string(layer_precision_name(job.request->high)) +
+                      " and the others at their fastest precisions): " + moved + buf);
       target = planned;
       for (size_t r = 0; r < batches.size(); ++r) {
         job.ranks[r] = rank_model(job, r, batches[r]);

@@ -1,56 +1,176 @@
 // File: planner/job_spec.cpp
-// Job file parsing (yaml-cpp).
+// The job parser: JSON (the API server's objects, or a job file's YAML read as JSON) -> defaults
+// and field checks from the table (job_field_validation.h) -> the cross-field rules -> plain reads
+// of the validated object; and back to JSON.
 #include "planner/job_spec.h"
 
 #include <yaml-cpp/yaml.h>
 
 #include <filesystem>
+#include <regex>
 #include <set>
 #include <stdexcept>
 
 #include "planner/atomic_file.h"
-#include "planner/layer_precision.h"
+#include "planner/job_field_validation.h"
+#include "planner/job_fields.h"
+#include "planner/json_access.h"
 
 namespace qsync {
 namespace {
 
-[[noreturn]] void fail(const std::string& source, const std::string& what) {
-  throw std::invalid_argument(source + ": " + what);
+using json = nlohmann::json;
+
+// The rules the field table cannot state (the CRD states some as CEL, which only real API
+// servers evaluate). `spec` has its defaults and passed the field checks.
+void check_cross_field_rules(const json& spec, std::vector<std::string>& problems) {
+  const json& model = spec["model"];
+  const int sources = int(model.contains("zoo")) + int(model.contains("file")) + int(model.contains("configMap"));
+  if (sources != 1)
+    problems.push_back("spec.model: set exactly one of zoo (a zoo model name), file (a model file) or configMap, got " +
+                       std::to_string(sources));
+  if (spec.contains("data") && spec["data"].contains("path") && spec["data"].contains("volume"))
+    problems.push_back("spec.data: set path or volume, not both");
+  if (spec.contains("steps") && spec.contains("epochs"))
+    problems.push_back("spec.steps and spec.epochs are both set: keep one (steps: 300, or epochs: 1.5)");
+  if (!spec.contains("steps") && !spec.contains("epochs"))
+    problems.push_back("set spec.steps or spec.epochs (how long to train, e.g. steps: 300)");
+  const json pool = spec.value("pool", json::object());
+  std::set<std::string> names;
+  for (const char* group : {"training", "inference"})
+    for (const json& entry : pool.value(group, json::array()))
+      if (entry.contains("name") && !names.insert(entry["name"].get<std::string>()).second)
+        problems.push_back("spec.pool: the entry name \"" + entry["name"].get<std::string>() +
+                           "\" is used twice; names must be unique over training and inference (they name the pods)");
 }
 
-void check_keys(const YAML::Node& m, const std::set<std::string>& allowed, const std::string& source,
-                const std::string& where) {
-  if (!m.IsMap()) fail(source, where + " must be a mapping");
-  for (const auto& kv : m) {
-    const std::string k = kv.first.as<std::string>();
-    if (!allowed.count(k)) {
-      std::string known;
-      for (const auto& a : allowed) known += (known.empty() ? "" : ", ") + a;
-      fail(source, "unknown field '" + k + "' in " + where + " (known: " + known + ")");
-    }
-  }
-}
-
-template <class T>
-T get(const YAML::Node& m, const char* key, T fallback, const std::string& source, const std::string& where) {
-  const YAML::Node v = m[key];
-  if (!v) return fallback;
+// Runs a planner parser; its message becomes a problem instead of an exception.
+template <class Parse>
+auto checked(Parse parse, std::vector<std::string>& problems) -> decltype(parse()) {
   try {
-    return v.as<T>();
-  } catch (const YAML::Exception&) {
-    fail(source, where + "." + key + " has the wrong type ('" + YAML::Dump(v) + "')");
-  }
-}
-
-void check_precision(const std::string& name, const std::string& source, const std::string& where) {
-  try {
-    (void)layer_precision_from_name(name);
+    return parse();
   } catch (const std::invalid_argument& e) {
-    fail(source, where + ": " + e.what());
+    problems.push_back(e.what());
+    return {};
   }
+}
+
+std::map<std::string, std::string> string_map(const json& o) {
+  std::map<std::string, std::string> out;
+  for (const auto& [key, v] : o.items()) out[key] = v.is_string() ? v.get<std::string>() : v.dump();
+  return out;
+}
+
+std::optional<VolumeClaim> volume_from(const json& parent) {
+  if (!parent.contains("volume")) return std::nullopt;
+  return VolumeClaim{json_text(parent["volume"], "claimName"), json_text(parent["volume"], "path")};
+}
+
+PoolEntry pool_entry_from(const json& e, const std::string& where, std::vector<std::string>& problems) {
+  PoolEntry p;
+  p.name = json_text(e, "name");
+  p.node_selector = string_map(e.value("nodeSelector", json::object()));
+  p.count = json_integer(e, "count");
+  p.device_class = json_text(e, "deviceClass");
+  p.memory_budget = json_text(e, "memoryBudget");
+  if (!p.memory_budget.empty())
+    p.memory_budget_bytes = checked([&] { return parse_memory_quantity(p.memory_budget, where + ".memoryBudget"); }, problems);
+  if (e.contains("gpusPerRank")) p.gpus_per_rank = json_integer(e, "gpusPerRank");
+  p.off_peak_only = json_flag(e, "offPeakOnly");
+  return p;
+}
+
+LocalWorker local_worker_from(const json& e, const std::string& where, std::vector<std::string>& problems) {
+  LocalWorker w;
+  w.name = json_text(e, "name");
+  w.device_class = json_text(e, "deviceClass");
+  w.threads = json_integer(e, "threads");
+  w.memory_budget = json_text(e, "memoryBudget");
+  if (!w.memory_budget.empty())
+    w.memory_budget_bytes = checked([&] { return parse_memory_quantity(w.memory_budget, where + ".memoryBudget"); }, problems);
+  w.precision = json_text(e, "precision");
+  w.local_batch = json_integer(e, "localBatch");
+  return w;
+}
+
+json volume_json(const VolumeClaim& v) {
+  json out = {{"claimName", v.claim_name}};
+  put_text(out, "path", v.path);
+  return out;
+}
+
+json pool_entry_json(const PoolEntry& p, bool inference) {
+  json out = {{"name", p.name}, {"count", p.count}};
+  if (!p.node_selector.empty()) out["nodeSelector"] = p.node_selector;
+  put_text(out, "deviceClass", p.device_class);
+  put_text(out, "memoryBudget", p.memory_budget);
+  if (p.gpus_per_rank) out["gpusPerRank"] = *p.gpus_per_rank;
+  if (inference) out["offPeakOnly"] = p.off_peak_only;
+  return out;
+}
+
+// YAML 1.2 core schema scalars: what a plain (unquoted) scalar reads as.
+json yaml_scalar(const YAML::Node& n) {
+  const std::string& v = n.Scalar();
+  if (n.Tag() == "!") return v;  // quoted: a string
+  if (v.empty() || v == "~" || v == "null" || v == "Null" || v == "NULL") return nullptr;
+  if (v == "true" || v == "True" || v == "TRUE") return true;
+  if (v == "false" || v == "False" || v == "FALSE") return false;
+  // Decimal integers and floats only (no hex, inf or nan: no job field takes them).
+  static const std::regex integer(R"(^[-+]?[0-9]+$)");
+  static const std::regex decimal(R"(^[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?$)");
+  try {
+    if (std::regex_match(v, integer)) return int64_t(std::stoll(v));
+    if (std::regex_match(v, decimal)) return std::stod(v);
+  } catch (const std::out_of_range&) {
+    return v;  // too large for a number: a string, which the field check refuses by name
+  }
+  return v;
+}
+
+json yaml_node_to_json(const YAML::Node& n) {
+  switch (n.Type()) {
+    case YAML::NodeType::Null: return nullptr;
+    case YAML::NodeType::Scalar: return yaml_scalar(n);
+    case YAML::NodeType::Sequence: {
+      json out = json::array();
+      for (const YAML::Node& item : n) out.push_back(yaml_node_to_json(item));
+      return out;
+    }
+    case YAML::NodeType::Map: {
+      json out = json::object();
+      for (const auto& kv : n) out[kv.first.as<std::string>()] = yaml_node_to_json(kv.second);
+      return out;
+    }
+    case YAML::NodeType::Undefined: break;
+  }
+  return nullptr;
 }
 
 }  // namespace
+
+std::vector<std::string> job_file_local_problems(const JobFile& file) {
+  const JobSpec& s = file.spec;
+  std::vector<std::string> problems;
+  if (s.model.config_map)
+    problems.push_back("spec.model.configMap names a Kubernetes ConfigMap, which only the operator reads; locally use "
+                       "zoo (a zoo model name) or file (a model file)");
+  if (s.pool.local.empty())
+    problems.push_back("spec.pool.local lists no workers; `qsync run` needs local workers, e.g. local: [{deviceClass: "
+                       "cpu-avx2}, {deviceClass: cpu-sse41}]");
+  if (!s.pool.local.empty() && s.global_batch < int64_t(s.pool.local.size()))
+    problems.push_back("spec.globalBatch " + std::to_string(s.global_batch) + " is smaller than the " +
+                       std::to_string(s.pool.local.size()) + " ranks of spec.pool.local: every rank needs a sample; "
+                       "raise globalBatch to at least " + std::to_string(s.pool.local.size()));
+  int64_t explicit_sum = 0, explicit_count = 0;
+  for (const LocalWorker& w : s.pool.local)
+    if (w.local_batch > 0) explicit_sum += w.local_batch, ++explicit_count;
+  if (explicit_count == int64_t(s.pool.local.size()) && explicit_count > 0 && explicit_sum != s.global_batch)
+    problems.push_back("the localBatch values of spec.pool.local add up to " + std::to_string(explicit_sum) +
+                       ", not spec.globalBatch " + std::to_string(s.global_batch) + ": make them add up, or leave "
+                       "localBatch out to split the global batch evenly");
+  return problems;
+}
 
 int64_t parse_memory_quantity(const std::string& s, const std::string& what) {
   static const std::pair<const char*, int64_t> suffixes[] = {
@@ -107,136 +227,197 @@ double parse_duration_seconds(const std::string& s, const std::string& what) {
   return v * unit;
 }
 
-JobSpec job_spec_parse(const std::string& text, const std::string& source) {
+JobSpec job_spec_from_json(const json& input) {
+  json spec = input;
+  apply_field_defaults(job_spec_fields(), "spec", spec);
+  std::vector<std::string> problems = field_problems(job_spec_fields(), "spec", spec);
+  if (!problems.empty() || !spec.is_object()) {  // reads below assume the fields' types
+    std::string all;
+    for (const std::string& p : problems) all += (all.empty() ? "" : "; ") + p;
+    throw std::invalid_argument("invalid spec: " + all);
+  }
+  check_cross_field_rules(spec, problems);
+
+  JobSpec s;
+  const json& model = spec["model"];
+  s.model.zoo = json_text(model, "zoo");
+  s.model.file = json_text(model, "file");
+  if (model.contains("configMap"))
+    s.model.config_map = ConfigMapKey{json_text(model["configMap"], "name"), json_text(model["configMap"], "key")};
+  const json data = spec.value("data", json::object());
+  s.data.path = json_text(data, "path");
+  s.data.volume = volume_from(data);
+  const json& o = spec["optimizer"];
+  s.optimizer = {json_text(o, "name"), json_number(o, "lr"), json_number(o, "weightDecay"), json_integer(o, "warmupSteps"),
+                 json_number(o, "gradClip"), json_text(o, "schedule")};
+  if (spec.contains("steps")) s.steps = json_integer(spec, "steps");
+  if (spec.contains("epochs")) s.epochs = json_number(spec, "epochs");
+  s.global_batch = json_integer(spec, "globalBatch");
+  s.seed = json_integer(spec, "seed");
+  s.eval_limit = json_integer(spec, "evalLimit");
+  s.eval_every = json_integer(spec, "evalEvery");
+  const json& c = spec["checkpoint"];
+  s.checkpoint = {json_text(c, "dir"), volume_from(c), json_integer(c, "intervalSteps")};
+  s.image = json_text(spec, "image");
+  s.image_pull_policy = json_text(spec, "imagePullPolicy");
+  if (spec.contains("resources"))
+    s.resources = ResourceRequirements{string_map(spec["resources"].value("requests", json::object())),
+                                       string_map(spec["resources"].value("limits", json::object()))};
+  const json pool = spec.value("pool", json::object());
+  for (const char* group : {"training", "inference"}) {
+    const json entries = pool.value(group, json::array());
+    for (size_t i = 0; i < entries.size(); ++i) {
+      const std::string where = std::string("spec.pool.") + group + "[" + std::to_string(i) + "]";
+      (group == std::string("training") ? s.pool.training : s.pool.inference).push_back(pool_entry_from(entries[i], where, problems));
+    }
+  }
+  const json local = pool.value("local", json::array());
+  for (size_t i = 0; i < local.size(); ++i)
+    s.pool.local.push_back(local_worker_from(local[i], "spec.pool.local[" + std::to_string(i) + "]", problems));
+  const json& p = spec["planning"];
+  s.planning.allocator = json_text(p, "allocator");
+  s.planning.precision = json_text(p, "precision");
+  s.planning.low_precision = json_text(p, "lowPrecision");
+  s.planning.step_time_target = json_text(p, "stepTimeTarget");
+  if (!s.planning.step_time_target.empty())
+    s.planning.step_time_target_seconds = checked(
+        [&] { return parse_duration_seconds(s.planning.step_time_target, "spec.planning.stepTimeTarget"); }, problems);
+  s.planning.indicator = json_text(p, "indicator");
+  s.planning.batch_moves = json_flag(p, "batchMoves", true);
+  s.planning.profiles = json_text(p, "profiles");
+  s.planning.calibration = json_text(p, "calibration");
+  const json& r = spec["runPolicy"];
+  s.run_policy.backoff_limit = json_integer(r, "backoffLimit");
+  if (r.contains("activeDeadlineSeconds")) s.run_policy.active_deadline_seconds = json_integer(r, "activeDeadlineSeconds");
+  if (r.contains("ttlSecondsAfterFinished")) s.run_policy.ttl_seconds_after_finished = json_integer(r, "ttlSecondsAfterFinished");
+  s.run_policy.clean_pod_policy = json_text(r, "cleanPodPolicy");
+  s.run_policy.suspend = json_flag(r, "suspend");
+  s.run_policy.managed_by = json_text(r, "managedBy");
+
+  if (!problems.empty()) {
+    std::string all;
+    for (const std::string& problem : problems) all += (all.empty() ? "" : "; ") + problem;
+    throw std::invalid_argument("invalid spec: " + all);
+  }
+  return s;
+}
+
+json to_json(const JobSpec& s) {
+  json model = json::object();
+  put_text(model, "zoo", s.model.zoo);
+  put_text(model, "file", s.model.file);
+  if (s.model.config_map) model["configMap"] = {{"name", s.model.config_map->name}, {"key", s.model.config_map->key}};
+  json out = {{"model", model}};
+  json data = json::object();
+  put_text(data, "path", s.data.path);
+  if (s.data.volume) data["volume"] = volume_json(*s.data.volume);
+  if (!data.empty()) out["data"] = data;
+  out["optimizer"] = {{"name", s.optimizer.name},         {"lr", s.optimizer.lr},
+                      {"weightDecay", s.optimizer.weight_decay}, {"warmupSteps", s.optimizer.warmup_steps},
+                      {"gradClip", s.optimizer.grad_clip}, {"schedule", s.optimizer.schedule}};
+  if (s.steps) out["steps"] = *s.steps;
+  if (s.epochs) out["epochs"] = *s.epochs;
+  out["globalBatch"] = s.global_batch;
+  out["seed"] = s.seed;
+  out["evalLimit"] = s.eval_limit;
+  out["evalEvery"] = s.eval_every;
+  json checkpoint = {{"intervalSteps", s.checkpoint.interval_steps}};
+  put_text(checkpoint, "dir", s.checkpoint.dir);
+  if (s.checkpoint.volume) checkpoint["volume"] = volume_json(*s.checkpoint.volume);
+  out["checkpoint"] = checkpoint;
+  out["image"] = s.image;
+  put_text(out, "imagePullPolicy", s.image_pull_policy);
+  if (s.resources) {
+    json resources = json::object();
+    if (!s.resources->requests.empty()) resources["requests"] = s.resources->requests;
+    if (!s.resources->limits.empty()) resources["limits"] = s.resources->limits;
+    out["resources"] = resources;
+  }
+  json pool = json::object();
+  for (const PoolEntry& p : s.pool.training) pool["training"].push_back(pool_entry_json(p, false));
+  for (const PoolEntry& p : s.pool.inference) pool["inference"].push_back(pool_entry_json(p, true));
+  for (const LocalWorker& w : s.pool.local) {
+    json worker = {{"deviceClass", w.device_class}, {"threads", w.threads}, {"localBatch", w.local_batch}};
+    put_text(worker, "name", w.name);
+    put_text(worker, "memoryBudget", w.memory_budget);
+    put_text(worker, "precision", w.precision);
+    pool["local"].push_back(worker);
+  }
+  out["pool"] = pool;
+  json planning = {{"allocator", s.planning.allocator},         {"precision", s.planning.precision},
+                   {"lowPrecision", s.planning.low_precision}, {"indicator", s.planning.indicator},
+                   {"batchMoves", s.planning.batch_moves}};
+  put_text(planning, "stepTimeTarget", s.planning.step_time_target);
+  put_text(planning, "profiles", s.planning.profiles);
+  put_text(planning, "calibration", s.planning.calibration);
+  out["planning"] = planning;
+  json run_policy = {{"backoffLimit", s.run_policy.backoff_limit},
+                     {"cleanPodPolicy", s.run_policy.clean_pod_policy},
+                     {"suspend", s.run_policy.suspend},
+                     {"managedBy", s.run_policy.managed_by}};
+  if (s.run_policy.active_deadline_seconds) run_policy["activeDeadlineSeconds"] = *s.run_policy.active_deadline_seconds;
+  if (s.run_policy.ttl_seconds_after_finished) run_policy["ttlSecondsAfterFinished"] = *s.run_policy.ttl_seconds_after_finished;
+  out["runPolicy"] = run_policy;
+  return out;
+}
+
+std::string JobFile::resolve(const std::string& path) const {
+  if (path.empty() || std::filesystem::path(path).is_absolute()) return path;
+  return (std::filesystem::path(source).parent_path() / path).string();
+}
+
+std::string JobFile::model_reference() const { return spec.model.zoo.empty() ? resolve(spec.model.file) : spec.model.zoo; }
+
+json job_yaml_to_json(const std::string& text) {
   YAML::Node root;
   try {
     root = YAML::Load(text);
   } catch (const YAML::Exception& e) {
-    fail(source, "malformed YAML at line " + std::to_string(e.mark.line + 1) + ", column " +
-                     std::to_string(e.mark.column + 1) + ": " + e.msg);
+    throw std::invalid_argument("malformed YAML at line " + std::to_string(e.mark.line + 1) + ", column " +
+                                std::to_string(e.mark.column + 1) + ": " + e.msg);
   }
-  if (!root.IsMap()) fail(source, "a job file is a HybridTrainingJob mapping (apiVersion, kind, metadata, spec)");
-  check_keys(root, {"apiVersion", "kind", "metadata", "spec"}, source, "the job");
-  if (root["kind"] && root["kind"].as<std::string>() != "HybridTrainingJob")
-    fail(source, "kind is '" + root["kind"].as<std::string>() + "', expected HybridTrainingJob");
-  JobSpec j;
-  j.source = source;
-  j.name = root["metadata"] && root["metadata"]["name"] ? root["metadata"]["name"].as<std::string>() : "";
-  if (j.name.empty()) fail(source, "metadata.name is missing (the job's name)");
-  const YAML::Node spec = root["spec"];
-  if (!spec) fail(source, "spec is missing");
-  check_keys(spec,
-             {"model", "data", "optimizer", "steps", "epochs", "globalBatch", "seed", "evalLimit", "evalEvery", "checkpoint",
-              "planning", "pool", "runPolicy", "image", "imagePullPolicy", "resources"},
-             source, "spec");
-  const YAML::Node model = spec["model"];
-  if (!model) fail(source, "spec.model is missing: {zoo: cnn} or {file: model.yaml}");
-  check_keys(model, {"zoo", "file", "configMap"}, source, "spec.model");
-  if (model["zoo"]) {
-    j.model = model["zoo"].as<std::string>();
-  } else if (model["file"]) {
-    const std::filesystem::path p = model["file"].as<std::string>();
-    j.model = p.is_absolute() ? p.string() : (std::filesystem::path(source).parent_path() / p).string();
-  } else {
-    fail(source, model["configMap"] ? "spec.model.configMap names a Kubernetes ConfigMap, which only the operator reads; "
-                                      "locally use zoo (a zoo model name) or file (a model file)"
-                                    : "spec.model needs zoo (a zoo model name) or file (a model file)");
-  }
-  if (const YAML::Node d = spec["data"]) {
-    check_keys(d, {"path", "volume"}, source, "spec.data");
-    j.data = get<std::string>(d, "path", "", source, "spec.data");
-  }
-  if (const YAML::Node o = spec["optimizer"]) {
-    check_keys(o, {"name", "lr", "weightDecay", "warmupSteps", "gradClip", "schedule"}, source, "spec.optimizer");
-    j.optimizer = get<std::string>(o, "name", j.optimizer, source, "spec.optimizer");
-    if (j.optimizer != "adamw" && j.optimizer != "sgd")
-      fail(source, "spec.optimizer.name '" + j.optimizer + "' is not one of adamw, sgd");
-    j.lr = get<double>(o, "lr", j.lr, source, "spec.optimizer");
-    j.weight_decay = get<double>(o, "weightDecay", 0.0, source, "spec.optimizer");
-    j.warmup_steps = get<int64_t>(o, "warmupSteps", 0, source, "spec.optimizer");
-    j.grad_clip = get<double>(o, "gradClip", 0.0, source, "spec.optimizer");
-    j.lr_schedule = get<std::string>(o, "schedule", j.lr_schedule, source, "spec.optimizer");
-    if (j.lr_schedule != "constant" && j.lr_schedule != "cosine")
-      fail(source, "spec.optimizer.schedule '" + j.lr_schedule + "' is not one of constant, cosine");
-    if (j.lr <= 0) fail(source, "spec.optimizer.lr must be positive");
-  }
-  j.steps = get<int64_t>(spec, "steps", 0, source, "spec");
-  j.epochs = get<double>(spec, "epochs", 0.0, source, "spec");
-  if (j.steps < 0 || j.epochs < 0) fail(source, "spec.steps and spec.epochs must not be negative");
-  if (j.steps == 0 && j.epochs == 0) fail(source, "set spec.steps or spec.epochs (how long to train)");
-  if (j.steps > 0 && j.epochs > 0) fail(source, "set spec.steps or spec.epochs, not both");
-  j.global_batch = get<int64_t>(spec, "globalBatch", j.global_batch, source, "spec");
-  if (j.global_batch <= 0) fail(source, "spec.globalBatch must be positive, got " + std::to_string(j.global_batch));
-  j.seed = get<uint64_t>(spec, "seed", 1, source, "spec");
-  j.eval_limit = get<int64_t>(spec, "evalLimit", 0, source, "spec");
-  j.eval_every = get<int64_t>(spec, "evalEvery", 0, source, "spec");
-  if (j.eval_every < 0) fail(source, "spec.evalEvery must not be negative");
-  if (const YAML::Node c = spec["checkpoint"]) {
-    check_keys(c, {"dir", "intervalSteps", "volume"}, source, "spec.checkpoint");
-    j.checkpoint_dir = get<std::string>(c, "dir", "", source, "spec.checkpoint");
-    j.checkpoint_interval_steps = get<int64_t>(c, "intervalSteps", 0, source, "spec.checkpoint");
-  }
-  if (const YAML::Node p = spec["planning"]) {
-    check_keys(p,
-               {"allocator", "precision", "stepTimeTarget", "lowPrecision", "indicator", "profiles", "calibration",
-                "batchMoves"},
-               source, "spec.planning");
-    j.allocator = get<std::string>(p, "allocator", j.allocator, source, "spec.planning");
-    if (j.allocator != "uniform" && j.allocator != "exact" && j.allocator != "greedy" &&
-        j.allocator != "dynamic-batching" && j.allocator != "uniform-low-weak")
-      fail(source, "spec.planning.allocator '" + j.allocator +
-                       "' is not one of exact, greedy, uniform, uniform-low-weak, dynamic-batching");
-    j.precision = get<std::string>(p, "precision", j.precision, source, "spec.planning");
-    check_precision(j.precision, source, "spec.planning.precision");
-    j.low_precision = get<std::string>(p, "lowPrecision", j.low_precision, source, "spec.planning");
-    check_precision(j.low_precision, source, "spec.planning.lowPrecision");
-    const std::string target = get<std::string>(p, "stepTimeTarget", "", source, "spec.planning");
-    if (!target.empty())
-      j.step_time_target_seconds = parse_duration_seconds(target, source + ": spec.planning.stepTimeTarget");
-    j.indicator = get<std::string>(p, "indicator", j.indicator, source, "spec.planning");
-    if (j.indicator != "bidirectional" && j.indicator != "weight-error")
-      fail(source, "spec.planning.indicator '" + j.indicator + "' is not one of bidirectional, weight-error");
-    const auto relative_to_job = [&](const std::string& v) {
-      const std::filesystem::path path = v;
-      return v.empty() || path.is_absolute() ? v : (std::filesystem::path(source).parent_path() / path).string();
-    };
-    j.profiles_dir = relative_to_job(get<std::string>(p, "profiles", "", source, "spec.planning"));
-    j.calibration = relative_to_job(get<std::string>(p, "calibration", "", source, "spec.planning"));
-    j.batch_moves = get<bool>(p, "batchMoves", true, source, "spec.planning");
-  }
-  if (const YAML::Node pool = spec["pool"]) {
-    check_keys(pool, {"local", "training", "inference"}, source, "spec.pool");
-    if (const YAML::Node local = pool["local"]) {
-      if (!local.IsSequence() || local.size() == 0) fail(source, "spec.pool.local must be a non-empty list of workers");
-      for (size_t i = 0; i < local.size(); ++i) {
-        const std::string where = "spec.pool.local[" + std::to_string(i) + "]";
-        check_keys(local[i], {"deviceClass", "threads", "memoryBudget", "precision", "localBatch", "name"}, source, where);
-        LocalWorkerSpec w;
-        w.device_class = get<std::string>(local[i], "deviceClass", "", source, where);
-        if (w.device_class.empty()) fail(source, where + ".deviceClass is missing (e.g. cpu-avx2)");
-        w.threads = get<int>(local[i], "threads", 1, source, where);
-        if (w.threads < 1) fail(source, where + ".threads must be at least 1");
-        const std::string budget = get<std::string>(local[i], "memoryBudget", "", source, where);
-        if (!budget.empty()) w.memory_budget_bytes = parse_memory_quantity(budget, source + ": " + where + ".memoryBudget");
-        w.precision = get<std::string>(local[i], "precision", "", source, where);
-        if (!w.precision.empty()) check_precision(w.precision, source, where + ".precision");
-        w.local_batch = get<int64_t>(local[i], "localBatch", 0, source, where);
-        if (w.local_batch < 0) fail(source, where + ".localBatch must not be negative");
-        j.local_workers.push_back(w);
-      }
-    }
-  }
-  return j;
+  return yaml_node_to_json(root);
 }
 
-JobSpec job_spec_load(const std::string& path) {
+JobFile job_file_parse(const std::string& text, const std::string& source) {
+  json root;
+  try {
+    root = job_yaml_to_json(text);
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument(source + ": " + e.what());
+  }
+  if (!root.is_object())
+    throw std::invalid_argument(source + ": a job file is a HybridTrainingJob mapping (apiVersion, kind, metadata, spec)");
+  for (const auto& [key, value] : root.items())
+    if (key != "apiVersion" && key != "kind" && key != "metadata" && key != "spec")
+      throw std::invalid_argument(source + ": unknown field \"" + key + "\" in the job (known: apiVersion, kind, metadata, spec)");
+  if (root.contains("kind") && root["kind"] != JOB_KIND)
+    throw std::invalid_argument(source + ": kind is " + root["kind"].dump() + ", expected " + JOB_KIND);
+  if (root.contains("apiVersion") && root["apiVersion"] != JOB_API_VERSION)
+    throw std::invalid_argument(source + ": apiVersion is " + root["apiVersion"].dump() + ", expected " + JOB_API_VERSION);
+  JobFile f;
+  f.source = source;
+  const json meta = root.value("metadata", json::object());
+  if (meta.is_object() && meta.contains("name") && meta["name"].is_string()) f.name = meta["name"].get<std::string>();
+  if (f.name.empty()) throw std::invalid_argument(source + ": metadata.name is missing (the job's name)");
+  if (!root.contains("spec") || !root["spec"].is_object())
+    throw std::invalid_argument(source + ": spec is missing (what to train and on which pool)");
+  try {
+    f.spec = job_spec_from_json(root["spec"]);
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument(source + ": " + e.what());
+  }
+  return f;
+}
+
+JobFile job_file_load(const std::string& path) {
   std::string text;
   try {
     text = file_read_all(path);
   } catch (const std::exception& e) {
     throw std::invalid_argument(std::string("cannot read job file: ") + e.what());
   }
-  return job_spec_parse(text, path);
+  return job_file_parse(text, path);
 }
 
 }  // namespace qsync

@@ -40,7 +40,7 @@ int64_t local_batch_of(const JobSpec& job, size_t rank);
 
 // Throws std::invalid_argument for a job without local workers, an unknown class or precision,
 // a missing profile (naming the command that measures it) or calibration stats of another model.
-LocalPlanRequest local_plan_request(const JobSpec& job, const ProfileStore& store, const LocalPlanOptions& options = {});
+LocalPlanRequest local_plan_request(const JobFile& job, const ProfileStore& store, const LocalPlanOptions& options = {});
 
 // The (class, batch) pairs of the pool whose measured profile the store lacks: what `qsync run`
 // measures before planning. Estimated GPU classes never need one.
@@ -53,5 +53,10 @@ std::vector<ProfileNeed> local_missing_profiles(const JobSpec& job, const ModelD
 
 // Whether a strategy ranks precisions by the indicator (and so wants calibration statistics).
 bool strategy_uses_indicator(const std::string& strategy);
+
+// The workers whose memoryBudget is below what the model needs at their local batch even at the
+// lowest-memory precisions (the allocator's own check, on the model's byte counts: no profile
+// needed, so `qsync run` refuses the job before measuring anything). One message per worker.
+std::vector<std::string> local_memory_budget_problems(const JobFile& job, const ModelDesc& model);
 
 }  // namespace qsync

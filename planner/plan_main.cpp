@@ -147,7 +147,7 @@ void print_comparison(const AllocationRequest& req, const std::vector<std::strin
 }
 
 int run(const Args& args) {
-  const JobSpec job = job_spec_load(args.job);
+  const JobFile job = job_file_load(args.job);
   LocalPlanOptions options;
   options.strategy = args.strategy;
   options.calibration = args.indicator;
@@ -157,7 +157,7 @@ int run(const Args& args) {
   options.low = args.low;
   options.batch_moves = args.batch_moves;
   options.bucket_bytes = int64_t(args.bucket_mib * double(1 << 20));
-  const ProfileStore store(args.profiles.empty() ? job.profiles_dir : args.profiles);
+  const ProfileStore store(args.profiles.empty() ? job.resolve(job.spec.planning.profiles) : args.profiles);
   const LocalPlanRequest plan = local_plan_request(job, store, options);
   const AllocationRequest& req = plan.request;
   for (const std::string& n : plan.notes) std::fprintf(stderr, "note: %s\n", n.c_str());

@@ -113,17 +113,18 @@ nlohmann::json rank_prediction_json(const RankPrediction& p) {
           {"peak_memory_bytes", p.peak_memory_bytes}};
 }
 
-LocalPlanning plan_local_job(const JobSpec& job, const LocalPlanningInputs& in) {
+LocalPlanning plan_local_job(const JobFile& file, const LocalPlanningInputs& in) {
+  const JobSpec& job = file.spec;
   const auto say = [&](const std::string& s) {
     if (in.say) in.say(s);
   };
-  const ModelDesc model = model_desc_find(job.model);
-  const std::string strategy = in.allocator.empty() ? job.allocator : in.allocator;
+  const ModelDesc model = model_desc_find(file.model_reference());
+  const std::string strategy = in.allocator.empty() ? job.planning.allocator : in.allocator;
   const std::string worker = (fs::path(in.bin_dir) / "qsync-worker").string();
   const std::string logs = (fs::path(in.work_dir) / "logs").string();
   fs::create_directories(logs);
   const std::string profiles = !in.profiles_dir.empty() ? in.profiles_dir
-                               : !job.profiles_dir.empty() ? job.profiles_dir
+                               : !job.planning.profiles.empty() ? file.resolve(job.planning.profiles)
                                                            : (fs::path(in.work_dir) / "profiles").string();
   fs::create_directories(profiles);
 
@@ -137,10 +138,10 @@ LocalPlanning plan_local_job(const JobSpec& job, const LocalPlanningInputs& in) 
   // profiled by an earlier rank, measure into logs/ only to load the world as the job will.
   const std::vector<ProfileNeed> needs = local_missing_profiles(job, model, ProfileStore(profiles));
   auto profile_args = [&](const std::string& device_class, int64_t batch, int threads, const std::string& out) {
-    std::vector<std::string> args = {worker, "profile", "--model", job.model, "--device-class", device_class,
+    std::vector<std::string> args = {worker, "profile", "--model", file.model_reference(), "--device-class", device_class,
                                      "--batch", std::to_string(batch), "--threads", std::to_string(threads),
                                      "--out", out, "--quiet"};
-    if (!job.data.empty()) args.insert(args.end(), {"--data", job.data});
+    if (!job.data.path.empty()) args.insert(args.end(), {"--data", job.data.path});
     if (in.profile_rounds > 0) args.insert(args.end(), {"--rounds", std::to_string(in.profile_rounds)});
     return args;
   };
@@ -150,13 +151,13 @@ LocalPlanning plan_local_job(const JobSpec& job, const LocalPlanningInputs& in) 
   for (const ProfileNeed& need : needs)
     say("measuring the " + model.name + " profile of " + need.device_class + " at batch " + std::to_string(need.batch) +
         " (once; kept in " + profiles + ")");
-  const size_t pool_size = job.local_workers.size();
+  const size_t pool_size = job.pool.local.size();
   std::vector<Measurement> profiling;
   if (!needs.empty() && pool_size > 1 && in.rank_cpus.size() == pool_size) {
     const std::string port = std::to_string(free_loopback_port());
     std::vector<bool> taken(needs.size(), false);
     for (size_t r = 0; r < pool_size; ++r) {
-      const LocalWorkerSpec& w = job.local_workers[r];
+      const LocalWorker& w = job.pool.local[r];
       const std::string device_class = local_run_class(w.device_class);
       const int64_t batch = local_batch_of(job, r);
       std::string out = logs + "/profile-rank-" + std::to_string(r) + ".json";  // load only
@@ -166,7 +167,7 @@ LocalPlanning plan_local_job(const JobSpec& job, const LocalPlanningInputs& in) 
           out = profile_path(needs[k]);
           break;
         }
-      Measurement m{profile_args(device_class, batch, w.threads, out), logs + "/profile-rank-" + std::to_string(r) + ".log",
+      Measurement m{profile_args(device_class, batch, int(w.threads), out), logs + "/profile-rank-" + std::to_string(r) + ".log",
                     in.rank_cpus[r], -1,
                     {{"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", port}, {"RANK", std::to_string(r)},
                      {"WORLD_SIZE", std::to_string(pool_size)}}};
@@ -189,7 +190,7 @@ LocalPlanning plan_local_job(const JobSpec& job, const LocalPlanningInputs& in) 
     }
   }
   // The all-reduce profile of this world size over loopback.
-  const int world = int(job.local_workers.size());
+  const int world = int(job.pool.local.size());
   const std::string comm = (fs::path(profiles) / ("comm-w" + std::to_string(world) + ".json")).string();
   const std::string comm_bench = (fs::path(in.bin_dir) / "qsync-bench-allreduce").string();
   if (world > 1 && !fs::exists(comm) && fs::exists(comm_bench)) {
@@ -200,21 +201,21 @@ LocalPlanning plan_local_job(const JobSpec& job, const LocalPlanningInputs& in) 
   // Calibration statistics for the indicator.
   LocalPlanOptions options;
   options.strategy = strategy;
-  if (strategy_uses_indicator(strategy) && job.calibration.empty()) {
+  if (strategy_uses_indicator(strategy) && job.planning.calibration.empty()) {
     const std::string stats =
         (fs::path(in.work_dir) / "calibration" / (model.name + "-" + model_hash_suffix(model) + ".json")).string();
     if (!fs::exists(stats)) {
       fs::create_directories(fs::path(stats).parent_path());
       say("collecting calibration statistics of " + model.name + " for the indicator (once; kept in " + stats + ")");
-      std::vector<std::string> args = {worker, "calibrate", "--model", job.model, "--out", stats, "--seed",
+      std::vector<std::string> args = {worker, "calibrate", "--model", file.model_reference(), "--out", stats, "--seed",
                                        std::to_string(job.seed)};
-      if (!job.data.empty()) args.insert(args.end(), {"--data", job.data});
+      if (!job.data.path.empty()) args.insert(args.end(), {"--data", job.data.path});
       run_measurement(args, logs + "/calibrate.log");
     }
     options.calibration = stats;
   }
 
-  const LocalPlanRequest request = local_plan_request(job, ProfileStore(profiles), options);
+  const LocalPlanRequest request = local_plan_request(file, ProfileStore(profiles), options);
   for (const std::string& n : request.notes) say("note: " + n);
   LocalPlanning out;
   out.allocation = allocate(request.request, request.strategy);

@@ -34,7 +34,7 @@ struct LocalPlanningInputs {
 
 // Throws std::runtime_error when a measuring command fails (naming it and its log) and what
 // local_plan_request / allocate throw (InfeasiblePlan included).
-LocalPlanning plan_local_job(const JobSpec& job, const LocalPlanningInputs& inputs);
+LocalPlanning plan_local_job(const JobFile& job, const LocalPlanningInputs& inputs);
 
 // A free TCP port on 127.0.0.1 (for a rendezvous); throws std::runtime_error when none is.
 int free_loopback_port();

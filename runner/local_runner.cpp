@@ -21,7 +21,9 @@
 #include "planner/atomic_file.h"
 #include "planner/model_desc.h"
 #include "planner/plan_file.h"
+#include "planner/worker_command.h"
 #include "runner/cpu_pinning.h"
+#include "runner/local_job_check.h"
 #include "runner/local_planning.h"
 #include "runner/run_progress.h"
 
@@ -56,36 +58,26 @@ struct Worker {
   int exit_code = -1;
 };
 
-// argv of rank r's qsync-worker.
-std::vector<std::string> worker_args(const RunOptions& o, const JobSpec& j, const LocalWorkerSpec& w, int rank,
+// argv of rank r's qsync-worker: the job's one command line (planner/worker_command.h) with this
+// machine's paths.
+std::vector<std::string> worker_args(const RunOptions& o, const JobFile& j, const LocalWorker& w, int rank,
                                      const std::string& device_class, const std::string& plan, const std::string& ckpt,
                                      const std::string& summary) {
-  std::vector<std::string> a = {o.worker_binary, "train", "--model", j.model, "--plan", plan, "--batch",
-                                std::to_string(j.global_batch), "--device-class", device_class, "--threads",
-                                std::to_string(w.threads), "--seed", std::to_string(j.seed), "--lr", std::to_string(j.lr),
-                                "--optimizer", j.optimizer, "--log-json", "--log-every", "1", "--summary-json", summary,
-                                "--job-name", j.name, "--collective-timeout", std::to_string(o.collective_timeout_seconds)};
-  auto add = [&](const char* flag, const std::string& v) {
-    a.push_back(flag);
-    a.push_back(v);
-  };
-  if (!j.data.empty()) add("--data", j.data);
-  if (j.steps > 0) add("--steps", std::to_string(j.steps));
-  else add("--epochs", std::to_string(j.epochs));
-  if (j.weight_decay > 0) add("--weight-decay", std::to_string(j.weight_decay));
-  if (j.warmup_steps > 0) add("--warmup", std::to_string(j.warmup_steps));
-  add("--lr-schedule", j.lr_schedule);
-  if (j.grad_clip > 0) add("--grad-clip", std::to_string(j.grad_clip));
-  if (j.eval_limit > 0) add("--eval-limit", std::to_string(j.eval_limit));
-  if (j.eval_every > 0) add("--eval-every", std::to_string(j.eval_every));
-  if (o.metrics_base_port > 0) add("--metrics-port", std::to_string(o.metrics_base_port + rank));
-  if (w.memory_budget_bytes > 0) add("--memory-budget", std::to_string(std::max<int64_t>(1, w.memory_budget_bytes >> 20)));
-  if (!ckpt.empty()) {
-    add("--checkpoint-dir", ckpt);
-    if (j.checkpoint_interval_steps > 0) add("--checkpoint-every", std::to_string(j.checkpoint_interval_steps));
-    if (o.resume) a.push_back("--resume");
-  }
-  return a;
+  WorkerLaunch l;
+  l.binary = o.worker_binary;
+  l.model = j.model_reference();
+  l.data = j.spec.data.path;
+  l.plan_file = plan;
+  l.device_class = device_class;
+  l.threads = w.threads;
+  l.memory_budget_bytes = w.memory_budget_bytes;
+  l.checkpoint_dir = ckpt;
+  l.resume = o.resume;
+  l.metrics_port = o.metrics_base_port > 0 ? o.metrics_base_port + rank : 0;
+  l.summary_json = summary;
+  l.collective_timeout_seconds = o.collective_timeout_seconds;
+  l.log_every = 1;
+  return worker_train_command(j.name, j.spec, l);
 }
 
 pid_t spawn(const std::vector<std::string>& args, const std::vector<std::pair<std::string, std::string>>& env,
@@ -113,32 +105,30 @@ pid_t spawn(const std::vector<std::string>& args, const std::vector<std::pair<st
 
 }  // namespace
 
+std::string default_work_dir(const std::string& job_path) { return "qsync-runs/" + job_file_load(job_path).name; }
+
 RunResult run_job_locally(const RunOptions& in) {
   RunOptions o = in;
-  const JobSpec job = job_spec_load(o.job_path);
-  if (job.local_workers.empty())
-    throw std::invalid_argument(job.source + ": spec.pool.local lists no workers; `qsync run` needs local workers");
-  const ModelDesc model = model_desc_find(job.model);
-  // Every worker's device class is checked before any worker starts (a bad class found while
-  // spawning would leave the ranks already started waiting for the rest at the rendezvous).
-  std::vector<const DeviceClass*> classes;
-  for (size_t r = 0; r < job.local_workers.size(); ++r) {
-    try {
-      classes.push_back(&device_class_by_name(job.local_workers[r].device_class));
-    } catch (const std::invalid_argument& e) {
-      throw std::invalid_argument(job.source + ": spec.pool.local[" + std::to_string(r) + "].deviceClass: " + e.what());
-    }
+  JobFile job = job_file_load(o.job_path);
+  if (o.steps > 0) {
+    job.spec.steps = o.steps;
+    job.spec.epochs.reset();
   }
+  if (!o.checkpoints) job.spec.checkpoint.dir.clear();
+  // Everything a user can get wrong is refused here, before any profile, calibration or worker
+  // (a bad class found while spawning would leave the started ranks waiting at the rendezvous).
+  const LocalJobCheck checked = check_local_job(job);
+  const ModelDesc& model = checked.model;
+  const std::vector<const DeviceClass*>& classes = checked.classes;
   if (o.work_dir.empty()) o.work_dir = "qsync-runs/" + job.name;
   if (o.worker_binary.empty()) o.worker_binary = default_worker_binary();
   if (!fs::exists(o.worker_binary)) throw std::runtime_error("worker binary " + o.worker_binary + " not found: build it first");
-  const int world = int(job.local_workers.size());
+  const int world = int(job.spec.pool.local.size());
   for (const char* sub : {"plans", "logs", "summaries"}) fs::create_directories(fs::path(o.work_dir) / sub);
-  const std::string ckpt = job.checkpoint_dir.empty()
-                               ? ""
-                               : (fs::path(job.checkpoint_dir).is_absolute() ? fs::path(job.checkpoint_dir)
-                                                                             : fs::path(o.work_dir) / job.checkpoint_dir)
-                                     .string();
+  const std::string& ckpt_dir = job.spec.checkpoint.dir;
+  const std::string ckpt = ckpt_dir.empty() ? ""
+                           : fs::path(ckpt_dir).is_absolute() ? ckpt_dir
+                                                              : (fs::path(o.work_dir) / ckpt_dir).string();
   const int port = o.master_port > 0 ? o.master_port : free_loopback_port();
 
   RunResult result;
@@ -155,7 +145,7 @@ RunResult run_job_locally(const RunOptions& in) {
   CpuAssignment cpus;
   if (o.pin_cpus) {
     std::vector<int> threads;
-    for (const LocalWorkerSpec& w : job.local_workers) threads.push_back(w.threads);
+    for (const LocalWorker& w : job.spec.pool.local) threads.push_back(int(w.threads));
     cpus = assign_rank_cpus(threads, affinity_cpus());
     if (!cpus.note.empty()) progress.message("note: " + cpus.note);
     std::string pinned;
@@ -176,7 +166,7 @@ RunResult run_job_locally(const RunOptions& in) {
     for (const std::string& n : planning.allocation.notes) progress.message("plan note: " + n);
   }
   for (int r = 0; r < world; ++r) {
-    const LocalWorkerSpec& w = job.local_workers[size_t(r)];
+    const LocalWorker& w = job.spec.pool.local[size_t(r)];
     RankOutcome outcome;
     outcome.rank = r;
     outcome.requested_class = w.device_class;

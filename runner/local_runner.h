@@ -34,6 +34,8 @@ struct RunOptions {
   int metrics_base_port = 0; // > 0: rank r's worker serves Prometheus /metrics on port P + r
   bool pin_cpus = true;      // each rank (and its profiling) on CPUs of its own (runner/cpu_pinning.h)
   int profile_rounds = 0;    // > 0: rounds of the profiles it measures (qsync-worker profile --rounds)
+  int64_t steps = 0;         // > 0: train this many steps instead of the job's steps/epochs
+  bool checkpoints = true;   // false: no checkpoints (and no --resume), whatever the job says
 };
 
 struct RankOutcome {
@@ -54,5 +56,7 @@ struct RunResult {
 };
 
 RunResult run_job_locally(const RunOptions& options);
+// qsync-runs/<the job's metadata.name>: where a run works when --work-dir is not given.
+std::string default_work_dir(const std::string& job_path);
 
 }  // namespace qsync

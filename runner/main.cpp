@@ -4,12 +4,16 @@
 //   qsync run JOB.yaml [--work-dir DIR] [--master-port P] [--summary-json FILE] [--resume]
 //                      [--collective-timeout SECONDS] [--quiet] [--allocator S] [--profiles DIR]
 //                      [--metrics-base-port P] [--no-pin] [--profile-rounds N]
+//                      [--compare S1,S2 [--compare-steps N]]
 #include <cstdio>
+#include <algorithm>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "runner/local_runner.h"
 #include "runner/run_progress.h"
+#include "runner/strategy_comparison.h"
 
 namespace {
 
@@ -20,7 +24,10 @@ const char* USAGE =
     "                          [--profiles DIR (measured device profiles; default <work dir>/profiles)]\n"
     "                          [--metrics-base-port P (rank r serves Prometheus /metrics on port P+r)]\n"
     "                          [--no-pin (do not give each rank CPUs of its own)]\n"
-    "                          [--profile-rounds N (rounds of the profiles it measures; default 3)]\n";
+    "                          [--profile-rounds N (rounds of the profiles it measures; default 3)]\n"
+    "                          [--compare S1,S2 (after the job, train --compare-steps steps under each strategy\n"
+    "                           and compare the plans: predicted and measured step, wait at the sync)]\n"
+    "                          [--compare-steps N (default 30)]\n";
 
 int run_main(int argc, char** argv) {
   if (argc < 2 || std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "-h") == 0) {
@@ -29,6 +36,8 @@ int run_main(int argc, char** argv) {
   }
   if (std::string(argv[1]) != "run") throw std::invalid_argument(std::string("unknown command '") + argv[1] + "'\n" + USAGE);
   qsync::RunOptions o;
+  std::vector<std::string> compare;
+  int64_t compare_steps = 30;
   for (int i = 2; i < argc; ++i) {
     const std::string a = argv[i];
     auto value = [&]() -> std::string {
@@ -46,6 +55,17 @@ int run_main(int argc, char** argv) {
       if (o.metrics_base_port < 1 || o.metrics_base_port > 65535)
         throw std::invalid_argument("--metrics-base-port takes a TCP port (1-65535); rank r then serves port P+r");
     }
+    else if (a == "--compare") {
+      const std::string list = value();
+      for (size_t pos = 0; pos <= list.size();) {
+        const size_t comma = std::min(list.find(',', pos), list.size());
+        if (comma > pos) compare.push_back(list.substr(pos, comma - pos));
+        pos = comma + 1;
+      }
+    } else if (a == "--compare-steps") {
+      compare_steps = std::stoll(value());
+      if (compare_steps < 1) throw std::invalid_argument("--compare-steps takes a positive number of steps");
+    }
     else if (a == "--resume") o.resume = true;
     else if (a == "--quiet") o.quiet = true;
     else if (a == "--no-pin") o.pin_cpus = false;
@@ -58,9 +78,14 @@ int run_main(int argc, char** argv) {
     else throw std::invalid_argument("one job file at a time, got '" + o.job_path + "' and '" + a + "'");
   }
   if (o.job_path.empty()) throw std::invalid_argument(std::string("no job file given\n") + USAGE);
+  if (o.work_dir.empty()) o.work_dir = qsync::default_work_dir(o.job_path);
   const qsync::RunResult r = qsync::run_job_locally(o);
   std::printf("\n%s", qsync::run_summary_table(r.summary).c_str());
-  return r.exit_code;
+  if (r.exit_code != 0 || compare.empty()) return r.exit_code;
+  std::printf("\n");
+  const std::vector<nlohmann::json> runs = qsync::compare_strategies(o, r, compare, compare_steps);
+  std::printf("\n%s", qsync::strategy_comparison_table(r.summary, runs).c_str());
+  return 0;
 }
 
 }  // namespace

@@ -89,7 +89,7 @@ void RunProgress::finish() {
   std::fflush(stdout);
 }
 
-nlohmann::json run_summary_json(const JobSpec& job, const std::vector<RankOutcome>& ranks, int first_failure) {
+nlohmann::json run_summary_json(const JobFile& job, const std::vector<RankOutcome>& ranks, int first_failure) {
   nlohmann::json out = {{"job", job.name}, {"world_size", ranks.size()}, {"succeeded", first_failure < 0}};
   if (first_failure >= 0) {
     out["failed_rank"] = first_failure;

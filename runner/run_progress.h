@@ -43,7 +43,7 @@ class RunProgress {
 
 // The run's summary: final_test_accuracy, samples_per_second, and per rank rank, device_class,
 // median_step_seconds, median_compute_seconds, median_wait_seconds, peak_memory_bytes, ...
-nlohmann::json run_summary_json(const JobSpec& job, const std::vector<RankOutcome>& ranks, int first_failure);
+nlohmann::json run_summary_json(const JobFile& job, const std::vector<RankOutcome>& ranks, int first_failure);
 // The same as a table for the terminal.
 std::string run_summary_table(const nlohmann::json& summary);
 

@@ -5,7 +5,7 @@ set -euo pipefail
 
 packages=(
   build-essential cmake ninja-build pkg-config git
-  libdnnl-dev libopenblas-dev nlohmann-json3-dev libgtest-dev zlib1g-dev
+  libdnnl-dev ocl-icd-opencl-dev opencl-headers libopenblas-dev nlohmann-json3-dev libgtest-dev zlib1g-dev
   libyaml-cpp-dev libgloo-dev prometheus-cpp-dev libcpprest-dev
   dataset-fashion-mnist prometheus
   fortunes  # English text corpus for the char-GPT: quotation files under /usr/share/games/fortunes/

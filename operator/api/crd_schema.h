@@ -1,6 +1,6 @@
 // File: operator/api/crd_schema.h
 // The HybridTrainingJob CustomResourceDefinition, generated from the field table
-// (crd_fields.h): the structural openAPIV3Schema with defaults, enums, bounds and CEL rules, the
+// (planner/job_fields.h, status_fields.h): the structural openAPIV3Schema with defaults, enums, bounds and CEL rules, the
 // status subresource, and the printer columns `kubectl get htj` shows (Phase, Ranks, Predicted
 // Step, Age). `qsync-crd-gen` prints hybrid_training_job_crd_yaml(); crds/ holds its output.
 #pragma once
@@ -10,7 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "operator/api/crd_fields.h"
+#include "operator/api/status_fields.h"
 
 namespace qsync::api {
 

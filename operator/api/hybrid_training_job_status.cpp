@@ -4,9 +4,9 @@
 
 #include <stdexcept>
 
-#include "operator/api/crd_fields.h"
-#include "operator/api/field_validation.h"
-#include "operator/api/json_access.h"
+#include "operator/api/status_fields.h"
+#include "planner/job_field_validation.h"
+#include "planner/json_access.h"
 
 namespace qsync::api {
 namespace {

@@ -1,6 +1,6 @@
 // File: operator/api/hybrid_training_job_status.h
 // The HybridTrainingJob's .status as C++ types, and its JSON form (the status subresource the
-// operator writes). Fields are those of the status part of the field table (crd_fields.cpp).
+// operator writes). Fields are those of the status part of the field table (status_fields.cpp).
 #pragma once
 
 #include <cstdint>

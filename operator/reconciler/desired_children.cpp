@@ -4,6 +4,7 @@
 
 #include "operator/controller/owner_refs.h"
 #include "planner/device_profile.h"
+#include "planner/worker_command.h"
 
 namespace qsync::reconciler {
 namespace {
@@ -25,9 +26,6 @@ json owned(json child, const json& job_object) {
   controller::set_controller_reference(child, job_object);
   return child;
 }
-
-// Shortest decimal text of a number, as JSON writes it ("0.002", not "0.002000").
-std::string number_text(double v) { return json(v).dump(); }
 
 std::string checkpoint_dir(const api::HybridTrainingJob& job) {
   std::string sub = job.spec.checkpoint.dir;
@@ -81,36 +79,19 @@ json desired_plan_config_map(const json& job_object, const api::HybridTrainingJo
 
 std::vector<std::string> worker_command(const api::HybridTrainingJob& job, const DiscoveredRank& rank) {
   const api::HybridTrainingJobSpec& s = job.spec;
-  std::string model = s.model.zoo.empty() ? s.model.file : s.model.zoo;
-  if (s.model.config_map) model = std::string(MODEL_MOUNT) + "/" + s.model.config_map->key;
-  std::vector<std::string> cmd = {WORKER_BINARY, "train", "--model", model,
-                                  "--plan", std::string(PLAN_MOUNT) + "/rank-" + std::to_string(rank.rank) + ".yaml",
-                                  "--batch", std::to_string(s.global_batch)};
-  if (s.steps) {
-    cmd.insert(cmd.end(), {"--steps", std::to_string(*s.steps)});
-  } else if (s.epochs) {
-    cmd.insert(cmd.end(), {"--epochs", number_text(*s.epochs)});
-  }
-  cmd.insert(cmd.end(), {"--seed", std::to_string(s.seed), "--lr", number_text(s.optimizer.lr), "--optimizer", s.optimizer.name});
-  if (s.optimizer.weight_decay > 0) cmd.insert(cmd.end(), {"--weight-decay", number_text(s.optimizer.weight_decay)});
-  if (s.optimizer.warmup_steps > 0) cmd.insert(cmd.end(), {"--warmup", std::to_string(s.optimizer.warmup_steps)});
-  cmd.insert(cmd.end(), {"--lr-schedule", s.optimizer.schedule});
-  if (s.optimizer.grad_clip > 0) cmd.insert(cmd.end(), {"--grad-clip", number_text(s.optimizer.grad_clip)});
-  if (s.eval_every > 0) cmd.insert(cmd.end(), {"--eval-every", std::to_string(s.eval_every)});
-  if (s.eval_limit > 0) cmd.insert(cmd.end(), {"--eval-limit", std::to_string(s.eval_limit)});
-  cmd.insert(cmd.end(), {"--log-json", "--metrics-port", std::to_string(WORKER_METRICS_PORT), "--job-name", job.name(),
-                         "--checkpoint-dir", checkpoint_dir(job)});
-  if (s.checkpoint.interval_steps > 0)
-    cmd.insert(cmd.end(), {"--checkpoint-every", std::to_string(s.checkpoint.interval_steps)});
-  cmd.push_back("--resume");  // harmless without a checkpoint: the worker starts from scratch
-  cmd.insert(cmd.end(), {"--termination-log", TERMINATION_LOG});
-  if (!is_gpu_device_class(rank.device_class)) cmd.insert(cmd.end(), {"--device-class", rank.device_class});
-  if (s.data.volume) {
-    cmd.insert(cmd.end(), {"--data", std::string(DATA_MOUNT) + (s.data.volume->path.empty() ? "" : "/" + s.data.volume->path)});
-  } else if (!s.data.path.empty()) {
-    cmd.insert(cmd.end(), {"--data", s.data.path});
-  }
-  return cmd;
+  WorkerLaunch l;
+  l.binary = WORKER_BINARY;
+  l.model = s.model.config_map ? std::string(MODEL_MOUNT) + "/" + s.model.config_map->key
+                               : (s.model.zoo.empty() ? s.model.file : s.model.zoo);
+  l.data = s.data.volume ? std::string(DATA_MOUNT) + (s.data.volume->path.empty() ? "" : "/" + s.data.volume->path)
+                         : s.data.path;
+  l.plan_file = std::string(PLAN_MOUNT) + "/rank-" + std::to_string(rank.rank) + ".yaml";
+  if (!is_gpu_device_class(rank.device_class)) l.device_class = rank.device_class;
+  l.metrics_port = WORKER_METRICS_PORT;
+  l.checkpoint_dir = checkpoint_dir(job);
+  l.resume = true;  // harmless without a checkpoint: the worker starts from scratch
+  l.termination_log = TERMINATION_LOG;
+  return worker_train_command(job.name(), s, l);
 }
 
 json desired_pod(const json& job_object, const api::HybridTrainingJob& job, const DiscoveredRank& rank,

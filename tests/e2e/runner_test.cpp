@@ -1,8 +1,9 @@
 // File: tests/e2e/runner_test.cpp
 // End-to-end tests of `qsync run JOB.yaml` (runner/): a two-worker job (cpu-avx512 and cpu-avx2,
 // or the classes they fall back to here) finishes with its summary JSON, per-rank plans and a
-// checkpoint; job files with an unknown device class, an unknown allocator or no model are
-// refused with a message naming the field, before any worker starts; Ctrl-C (SIGINT to the
+// checkpoint; job files with an unknown device class, an unknown allocator, no model, a missing
+// data path, a global batch below the ranks or a GPU class this machine lacks are refused with a
+// message naming the field, before any measurement or worker starts; Ctrl-C (SIGINT to the
 // runner) makes the workers checkpoint and stop, the runner exit 130, and `qsync run --resume`
 // finish the job from that checkpoint. With the planner (allocator exact), the runner measures
 // the missing profiles and calibration statistics once, keeps them for the next run, and the
@@ -171,7 +172,24 @@ TEST(Runner, RefusesAnUnknownDeviceClassNamingTheField) {
 
 TEST(Runner, RefusesAnUnknownAllocatorNamingTheField) {
   expect_refused(job_yaml(20, "cpu-avx512", "cpu-avx2", "  model: {zoo: mlp}\n", "bogus"),
-                 {"spec.planning.allocator", "'bogus'", "uniform"});
+                 {"spec.planning.allocator", "\"bogus\"", "uniform"});
+}
+
+TEST(Runner, RefusesAMissingDataPathNamingTheFieldAndThePath) {
+  std::string job = job_yaml(20);
+  job.replace(job.find("  optimizer:"), 0, "  data: {path: /nonexistent/fashion-mnist}\n");
+  expect_refused(job, {"spec.data.path", "/nonexistent/fashion-mnist does not exist"});
+}
+
+TEST(Runner, RefusesAGlobalBatchBelowTheRanksBeforeAnyMeasurement) {
+  std::string job = job_yaml(20, "cpu-avx512", "cpu-avx2", "  model: {zoo: mlp}\n", "exact");
+  job.replace(job.find("globalBatch: 32"), 15, "globalBatch: 1");
+  expect_refused(job, {"spec.globalBatch 1 is smaller than the 2 ranks", "at least 2"});
+}
+
+TEST(Runner, RefusesAGpuClassThisMachineLacks) {
+  if (device_class_availability(device_class_by_name("cuda-sm75")).available) GTEST_SKIP() << "this machine has a T4";
+  expect_refused(job_yaml(20, "cpu-avx2", "cuda-sm75"), {"spec.pool.local[1].deviceClass", "GPU class", "operator"});
 }
 
 TEST(Runner, RefusesAJobWithoutAModelNamingTheField) {

@@ -350,6 +350,44 @@ TEST(Allocator, BatchMovesRelieveARankThatCannotMeetTheTarget) {
   EXPECT_NEAR(moved.predicted.step_seconds, db.predicted.step_seconds, 0.02 * db.predicted.step_seconds);
 }
 
+TEST(Allocator, StragglerReliefBalancesAtTheWeakRanksQuantizedSpeed) {
+  // "a" runs fp32 only; "slow" takes 2x a's fp32 time, and int8 halves its big first layer's time
+  // (int8 on the small second layer buys nothing). No precision lets "slow" keep pace at 64
+  // samples, so samples move; balanced with "slow" at its fastest precisions the step is shorter
+  // than dynamic batching's (balanced at fp32), and within the relief's 2% slack the plan keeps
+  // the small layer at fp32: a mixed plan on the weak rank only.
+  AllocationRequest req;
+  req.model = chain_model({32, 10});
+  req.global_batch = 128;
+  const std::vector<const LayerDesc*> gemms = model_gemm_layers(req.model);
+  ASSERT_EQ(gemms.size(), 2u);
+  for (const char* name : {"a", "slow"}) {
+    PoolRank r;
+    r.device_class = name;
+    r.profile = blank_profile(req.model, name, 64);
+    const double f = std::string(name) == "a" ? 1.0 : 2.0;
+    r.profile.gemm_layers[gemms[0]->name][P::FP32] = cost(4e-3 * f, 8e-3 * f);
+    r.profile.gemm_layers[gemms[1]->name][P::FP32] = cost(0.5e-3 * f, 1e-3 * f);
+    if (f > 1) {
+      r.profile.gemm_layers[gemms[0]->name][P::INT8] = cost(2e-3 * f, 4e-3 * f);
+      r.profile.gemm_layers[gemms[1]->name][P::INT8] = cost(0.5e-3 * f, 1e-3 * f);
+    }
+    req.pool.push_back(r);
+  }
+  req.indicator = indicator_fallback_table(req.model);
+  req.allow_batch_moves = true;
+  const Allocation planned = allocate(req, "exact");
+  const Allocation db = allocate(req, "dynamic-batching");
+  EXPECT_EQ(planned.plans[0].precision_of(gemms[0]->name), P::FP32) << "the training rank keeps its precision";
+  EXPECT_EQ(planned.plans[0].precision_of(gemms[1]->name), P::FP32);
+  EXPECT_EQ(planned.plans[1].precision_of(gemms[0]->name), P::INT8) << "the weak rank quantizes its big layer";
+  EXPECT_EQ(planned.plans[1].precision_of(gemms[1]->name), P::FP32) << "int8 buys nothing on the small layer";
+  EXPECT_GT(planned.plans[1].local_batch, db.plans[1].local_batch) << "quantized, the weak rank takes more samples";
+  EXPECT_LT(planned.predicted.step_seconds, db.predicted.step_seconds * 0.95);
+  ASSERT_FALSE(planned.notes.empty());
+  EXPECT_NE(planned.notes[0].find("fastest precisions"), std::string::npos) << planned.notes[0];
+}
+
 TEST(Allocator, PlansA100LayerModelOn16DevicesQuickly) {
   std::vector<int64_t> widths;
   Lcg rng(42);

@@ -9,9 +9,9 @@
 #include <fstream>
 #include <sstream>
 
-#include "operator/api/crd_fields.h"
+#include "operator/api/status_fields.h"
 #include "operator/api/crd_schema.h"
-#include "operator/api/field_validation.h"
+#include "planner/job_field_validation.h"
 #include "operator/api/hybrid_training_job.h"
 #include "operator/api/json_to_yaml.h"
 #include "planner/job_spec.h"
@@ -78,7 +78,7 @@ TEST(CrdServerSchema, ServerAndTypesDefaultAlike) {
     json by_server = example(file);
     ASSERT_EQ(joined(server_admit(by_server)), "") << file;
     json by_table = example(file)["spec"];
-    apply_field_defaults(hybrid_training_job_spec_fields(), "spec", by_table);
+    apply_field_defaults(job_spec_fields(), "spec", by_table);
     EXPECT_EQ(by_server["spec"], by_table) << file << "\nserver: " << by_server["spec"].dump(2) << "\ntable: " << by_table.dump(2);
   }
   // The operator's example through the typed structs: what the reconciler reads is what the
@@ -96,12 +96,12 @@ TEST(CrdServerSchema, ServerAndTypesDefaultAlike) {
 
 TEST(CrdServerSchema, TheLocalRunnerAcceptsTheClusterExample) {
   const std::string path = (SOURCE_DIR / "examples/k8s/fmnist-hybrid.yaml").string();
-  const JobSpec spec = job_spec_load(path);
-  EXPECT_EQ(spec.model, "cnn");
-  EXPECT_EQ(spec.steps, 300);
-  EXPECT_EQ(spec.global_batch, 128);
-  EXPECT_EQ(spec.checkpoint_interval_steps, 100);
-  EXPECT_EQ(spec.data, "/usr/share/datasets/fashion-mnist");
+  const JobFile job = job_file_load(path);
+  EXPECT_EQ(job.model_reference(), "cnn");
+  EXPECT_EQ(job.spec.steps, 300);
+  EXPECT_EQ(job.spec.global_batch, 128);
+  EXPECT_EQ(job.spec.checkpoint.interval_steps, 100);
+  EXPECT_EQ(job.spec.data.path, "/usr/share/datasets/fashion-mnist");
 }
 
 struct SchemaCase {

@@ -5,8 +5,8 @@
 
 #include <gtest/gtest.h>
 
-#include "operator/api/crd_fields.h"
-#include "operator/api/field_validation.h"
+#include "operator/api/status_fields.h"
+#include "planner/job_field_validation.h"
 
 namespace qsync::api {
 namespace {
@@ -125,7 +125,7 @@ TEST(HybridTrainingJob, MinimalObjectGetsTheCrdDefaults) {
 
   // The struct's JSON is the input with the table's defaults filled in, nothing else.
   json defaulted = minimal_job()["spec"];
-  apply_field_defaults(hybrid_training_job_spec_fields(), "spec", defaulted);
+  apply_field_defaults(job_spec_fields(), "spec", defaulted);
   EXPECT_EQ(to_json(s), defaulted) << to_json(s).dump(2) << "\nvs\n" << defaulted.dump(2);
 }
 

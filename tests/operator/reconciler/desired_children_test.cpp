@@ -8,6 +8,7 @@
 
 #include "operator/api/hybrid_training_job.h"
 #include "operator/reconciler/desired_children.h"
+#include "planner/cli_args.h"
 
 namespace qsync::reconciler {
 namespace {
@@ -177,6 +178,33 @@ TEST(DesiredChildren, WorkerCommandFollowsTheSpec) {
   EXPECT_TRUE(has_arg(ccmd, "--lr-schedule", "constant"));
   EXPECT_TRUE(has_arg(ccmd, "--warmup", "20"));
   EXPECT_FALSE(has_arg(ecmd, "--steps"));
+}
+
+// The operator's path of the one worker command line (planner/worker_command.h): the job's
+// numbers at awkward values, as the API server stores them, reach the worker's flag parser
+// unchanged (`qsync run`'s path: tests/planner/job_spec_test.cpp).
+TEST(DesiredChildren, AwkwardNumbersReachTheWorkerUnchanged) {
+  const json obj = job_object({{"steps", nullptr},
+                               {"epochs", 0.3333333333333333},
+                               {"globalBatch", 97},
+                               {"optimizer", {{"name", "sgd"}, {"lr", 1e-7}, {"weightDecay", 2.5e-6},
+                                              {"gradClip", 0.7071067811865476}, {"warmupSteps", 13}}},
+                               {"evalEvery", 7},
+                               {"evalLimit", 123}});
+  const std::vector<std::string> cmd = worker_command(api::hybrid_training_job_from_json(obj), cpu_rank());
+  auto value = [&](const std::string& flag) {
+    auto it = std::find(cmd.begin(), cmd.end(), flag);
+    return it != cmd.end() && it + 1 != cmd.end() ? *(it + 1) : std::string("<absent>");
+  };
+  EXPECT_EQ(parse_double_flag("--lr", value("--lr")), 1e-7);
+  EXPECT_EQ(parse_double_flag("--weight-decay", value("--weight-decay")), 2.5e-6);
+  EXPECT_EQ(parse_double_flag("--grad-clip", value("--grad-clip")), 0.7071067811865476);
+  EXPECT_EQ(parse_double_flag("--epochs", value("--epochs")), 0.3333333333333333);
+  EXPECT_EQ(parse_int_flag("--batch", value("--batch")), 97);
+  EXPECT_EQ(parse_int_flag("--warmup", value("--warmup")), 13);
+  EXPECT_EQ(parse_int_flag("--eval-every", value("--eval-every")), 7);
+  EXPECT_EQ(parse_int_flag("--eval-limit", value("--eval-limit")), 123);
+  EXPECT_EQ(value("--optimizer"), "sgd");
 }
 
 TEST(DesiredChildren, VolumesForPlanCheckpointsAndData) {

@@ -1,4 +1,4 @@
-// File: operator/api/json_access.h
+// File: planner/json_access.h
 // Reading and writing optional members of already-validated JSON objects: an absent member
 // reads as the type's zero, and an empty string is not written.
 #pragma once
@@ -8,7 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
-namespace qsync::api {
+namespace qsync {
 
 inline std::string json_text(const nlohmann::json& o, const char* key) { return o.contains(key) ? o[key].get<std::string>() : ""; }
 inline int64_t json_integer(const nlohmann::json& o, const char* key) { return o.contains(key) ? o[key].get<int64_t>() : 0; }
@@ -21,4 +21,4 @@ inline void put_text(nlohmann::json& o, const char* key, const std::string& v) {
   if (!v.empty()) o[key] = v;
 }
 
-}  // namespace qsync::api
+}  // namespace qsync

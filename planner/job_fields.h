@@ -1,9 +1,11 @@
-// File: operator/api/crd_fields.h
-// The HybridTrainingJob's fields as one table: every field of spec and status with its path,
-// type, default, allowed values, bounds and description. The CRD's openAPIV3Schema is generated
-// from it (crd_schema.h) and the C++ parsing validates and defaults through that same schema
-// (schema_check.h), so the YAML that the API server enforces and the types the operator reads
-// cannot drift apart.
+// File: planner/job_fields.h
+// The job's fields as one table: every field of a HybridTrainingJob's spec with its path, type,
+// default, allowed values, bounds and description. It is the job schema of the whole project:
+// the CRD's openAPIV3Schema is generated from it (operator/api/crd_schema.h), and the one job
+// parser (planner/job_spec.h), which `qsync run`, `qsync-plan` and the operator all use, defaults
+// and validates through it (job_field_validation.h). So the YAML the API server enforces, the job
+// files `qsync run` reads and the types everyone uses cannot drift apart. (The operator's status
+// fields use the same Field type: operator/api/status_fields.h.)
 //
 //   Field::integer("spec.globalBatch", "Samples per step over all ranks.").with_default(128).at_least(1)
 //   Field::array("spec.pool.training", "...")   then   Field::string("spec.pool.training[].name", ...)
@@ -17,7 +19,7 @@
 
 #include <nlohmann/json.hpp>
 
-namespace qsync::api {
+namespace qsync {
 
 enum class FieldType {
   STRING,
@@ -73,8 +75,6 @@ inline constexpr const char* QUANTITY_PATTERN =
     R"(^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$)";
 
 // Every field of .spec, parents before children.
-const std::vector<Field>& hybrid_training_job_spec_fields();
-// Every field of .status, parents before children.
-const std::vector<Field>& hybrid_training_job_status_fields();
+const std::vector<Field>& job_spec_fields();
 
-}  // namespace qsync::api
+}  // namespace qsync

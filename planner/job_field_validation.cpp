@@ -1,13 +1,13 @@
-// File: operator/api/field_validation.cpp
+// File: planner/job_field_validation.cpp
 // Walks a JSON value alongside the field table: table paths use "x[]" for array items, value
 // paths use "x[3]", so messages point at the element that is wrong.
-#include "operator/api/field_validation.h"
+#include "planner/job_field_validation.h"
 
 #include <map>
 #include <regex>
 #include <sstream>
 
-namespace qsync::api {
+namespace qsync {
 namespace {
 
 using json = nlohmann::json;
@@ -180,4 +180,4 @@ std::vector<std::string> field_problems(const std::vector<Field>& fields, const 
   return checker.problems;
 }
 
-}  // namespace qsync::api
+}  // namespace qsync

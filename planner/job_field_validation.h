@@ -1,6 +1,6 @@
-// File: operator/api/field_validation.h
+// File: planner/job_field_validation.h
 // The C++ side of the CRD's schema: defaults and checks driven by the same field table the
-// openAPIV3Schema is generated from (crd_fields.h), so a manifest the operator parses meets the
+// openAPIV3Schema is generated from (planner/job_fields.h), so a manifest the operator parses meets the
 // same rules the API server enforces, with messages that name the field and the fix:
 //
 //   spec.globalBatch must be at least 1, got -5
@@ -17,9 +17,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "operator/api/crd_fields.h"
+#include "planner/job_fields.h"
 
-namespace qsync::api {
+namespace qsync {
 
 // Sets every absent field that has a default, top down: an object defaulted to {} then gets its
 // children's defaults. `root` names the value's path in the table ("spec" or "status").
@@ -31,4 +31,4 @@ void apply_field_defaults(const std::vector<Field>& fields, const std::string& r
 std::vector<std::string> field_problems(const std::vector<Field>& fields, const std::string& root,
                                         const nlohmann::json& value);
 
-}  // namespace qsync::api
+}  // namespace qsync
