@@ -201,16 +201,16 @@ std::vector<Choice> allocate_exact(JobModel& job, double target, std::vector<std
   // within it the least-indicator plan, so a layer stays at high precision wherever its
   // quantization buys less than the slack. (Balancing at the high precision instead costs no
   // accuracy but gives up the weak ranks' quantized speed: the step of dynamic batching.)
+  const std::vector<size_t> training = training_ranks(job);
+  const auto is_training = [&](size_t r) { return std::find(training.begin(), training.end(), r) != training.end(); };
   if (std::find(met.begin(), met.end(), false) != met.end()) {
-    const std::vector<size_t> training = training_ranks(job);
     std::map<std::pair<size_t, int64_t>, double> fastest;  // (rank, batch) -> its fastest allowed bound
     auto fastest_bound = [&](size_t r, int64_t batch) {
       auto key = std::make_pair(r, batch);
       if (auto it = fastest.find(key); it != fastest.end()) return it->second;
       double bound = std::numeric_limits<double>::infinity();
       const RankModel m = rank_model(job, r, batch);
-      const bool is_training = std::find(training.begin(), training.end(), r) != training.end();
-      const Choice choice = is_training ? choice_at(m, job.request->pool[r].precision.value_or(job.request->high))
+      const Choice choice = is_training(r) ? choice_at(m, job.request->pool[r].precision.value_or(job.request->high))
                                         : fastest_choice(job, m);
       const RankEvaluation e = evaluate_rank(job, m, choice);
       if (fits_memory(m, e.memory)) bound = e.bound;
@@ -296,6 +296,7 @@ std::vector<Choice> allocate_exact(JobModel& job, double target, std::vector<std
     }
     return cache.emplace(key, std::move(s)).first->second;
   };
+  auto high_of = [&](size_t r) { return job.request->pool[r].precision.value_or(job.request->high); };
   auto apply = [&](size_t from, size_t to, int64_t b) {
     for (auto [r, batch] : {std::make_pair(from, job.ranks[from].local_batch - b), std::make_pair(to, job.ranks[to].local_batch + b)}) {
       const Solved& s = solve_at(r, batch);
@@ -307,7 +308,8 @@ std::vector<Choice> allocate_exact(JobModel& job, double target, std::vector<std
   };
 
   // Then moves from a rank with a positive indicator to another, when both re-solved plans meet
-  // the target and the two ranks' indicator sum drops.
+  // the target and the two ranks' indicator sum drops. A training rank takes samples only while
+  // it keeps its high precision: QSync quantizes the weak devices, never the training ones.
   for (int round = 0; round < MAX_BATCH_MOVES; ++round) {
     double best_gain = 1e-12;
     size_t best_from = 0, best_to = 0;
@@ -323,6 +325,7 @@ std::vector<Choice> allocate_exact(JobModel& job, double target, std::vector<std
           const Solved& a = solve_at(w, job.ranks[w].local_batch - b);
           const Solved& c = solve_at(s, job.ranks[s].local_batch + b);
           if (!a.ok || !c.ok) continue;
+          if (is_training(s) && c.indicator > rank_indicator(c.model, choice_at(c.model, high_of(s)))) continue;
           const double gain = (ind_w + ind_s) - (a.indicator + c.indicator);
           if (gain > best_gain) best_gain = gain, best_from = w, best_to = s, best_b = b;
         }

@@ -55,8 +55,10 @@ void RunProgress::render() {
   for (const RankState& r : ranks_) step = std::min(step, r.step);
   if (!tty_ && step != total_ && step - last_logged_ < 25) return;
   last_logged_ = step;
-  const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
-  const double eta = step > 0 ? elapsed / double(step) * double(total_ - step) : 0;
+  const auto now = std::chrono::steady_clock::now();
+  if (first_step_ < 0) first_step_ = step, first_step_time_ = now;
+  const double elapsed = std::chrono::duration<double>(now - first_step_time_).count();
+  const double eta = step > first_step_ ? elapsed / double(step - first_step_) * double(total_ - step) : 0;
   std::string s = "step " + std::to_string(step) + "/" + std::to_string(total_);
   char buf[128];
   std::snprintf(buf, sizeof buf, "  loss %.4f  acc %.1f%%  ETA %.0fs |", loss_, accuracy_ * 100.0, eta);

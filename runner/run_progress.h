@@ -38,7 +38,9 @@ class RunProgress {
   int64_t total_ = 0, last_logged_ = 0;
   double loss_ = 0, accuracy_ = 0;
   nlohmann::json evals_ = nlohmann::json::array();
-  std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
+  // The ETA counts from the first step seen (planning and startup are not training time).
+  std::chrono::steady_clock::time_point first_step_time_;
+  int64_t first_step_ = -1;
 };
 
 // The run's summary: final_test_accuracy, samples_per_second, and per rank rank, device_class,
