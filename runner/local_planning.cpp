@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <fcntl.h>
 #include <filesystem>
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include "planner/device_profile.h"
+#include "planner/allocator_model.h"
 #include "planner/local_plan.h"
 #include "runner/cpu_pinning.h"
 
@@ -105,6 +107,35 @@ int free_loopback_port() {
   return ntohs(a.sin_port);
 }
 
+// The plans in `dir` (rank-R.yaml) as an Allocation: their precisions and batches, and the
+// replayer's prediction of the step they make over the request's profiles.
+namespace {
+
+Allocation replay_given_plans(const AllocationRequest& req, const std::string& dir) {
+  Allocation a;
+  a.strategy = "given plans (" + dir + ")";
+  std::vector<ReplayRank> replay;
+  int64_t total = 0;
+  for (size_t r = 0; r < req.pool.size(); ++r) {
+    RankPlan p = plan_file_load((fs::path(dir) / ("rank-" + std::to_string(r) + ".yaml")).string(), req.model);
+    if (p.local_batch <= 0) p.local_batch = resolve_local_batches(req).at(r);
+    p.rank = int(r);
+    total += p.local_batch;
+    a.plans.push_back(p);
+  }
+  if (total != req.global_batch)
+    throw std::invalid_argument("the plans in " + dir + " give local batches adding up to " + std::to_string(total) +
+                                ", not the job's globalBatch " + std::to_string(req.global_batch));
+  for (size_t r = 0; r < a.plans.size(); ++r) replay.push_back({&req.pool[r].profile, a.plans[r]});
+  a.predicted = replay_step(req.model, replay, req.comm, req.bucket_bytes);
+  a.step_time_target = a.predicted.step_seconds;
+  a.meets_target = true;
+  for (size_t r = 0; r < a.plans.size(); ++r) a.plans[r].predicted_step_seconds = a.predicted.ranks[r].step_seconds;
+  return a;
+}
+
+}  // namespace
+
 nlohmann::json rank_prediction_json(const RankPrediction& p) {
   return {{"step_seconds", p.step_seconds},
           {"compute_seconds", p.compute_seconds},
@@ -136,7 +167,15 @@ LocalPlanning plan_local_job(const JobFile& file, const LocalPlanningInputs& in)
   // 13% of a rank's CPU in a two-rank MLP job; a ViT step on cpu-avx512 took 20.5 ms alone and
   // 28.2 ms beside a cpu-avx2 profile). Ranks whose (class, batch) is already profiled, or
   // profiled by an earlier rank, measure into logs/ only to load the world as the job will.
-  const std::vector<ProfileNeed> needs = local_missing_profiles(job, model, ProfileStore(profiles));
+  std::vector<ProfileNeed> needs = local_missing_profiles(job, model, ProfileStore(profiles));
+  if (!in.plans_dir.empty()) {  // given plans run at their own batches on the profiles there are
+    const ProfileStore have(profiles);
+    std::erase_if(needs, [&](const ProfileNeed& n) {
+      return std::any_of(have.measured().begin(), have.measured().end(), [&](const DeviceProfile& p) {
+        return p.device_class == n.device_class && p.model_hash == model.hash;
+      });
+    });
+  }
   auto profile_args = [&](const std::string& device_class, int64_t batch, int threads, const std::string& out) {
     std::vector<std::string> args = {worker, "profile", "--model", file.model_reference(), "--device-class", device_class,
                                      "--batch", std::to_string(batch), "--threads", std::to_string(threads),
@@ -201,7 +240,7 @@ LocalPlanning plan_local_job(const JobFile& file, const LocalPlanningInputs& in)
   // Calibration statistics for the indicator.
   LocalPlanOptions options;
   options.strategy = strategy;
-  if (strategy_uses_indicator(strategy) && job.planning.calibration.empty()) {
+  if (in.plans_dir.empty() && strategy_uses_indicator(strategy) && job.planning.calibration.empty()) {
     const std::string stats =
         (fs::path(in.work_dir) / "calibration" / (model.name + "-" + model_hash_suffix(model) + ".json")).string();
     if (!fs::exists(stats)) {
@@ -218,7 +257,8 @@ LocalPlanning plan_local_job(const JobFile& file, const LocalPlanningInputs& in)
   const LocalPlanRequest request = local_plan_request(file, ProfileStore(profiles), options);
   for (const std::string& n : request.notes) say("note: " + n);
   LocalPlanning out;
-  out.allocation = allocate(request.request, request.strategy);
+  out.allocation = in.plans_dir.empty() ? allocate(request.request, request.strategy)
+                                        : replay_given_plans(request.request, in.plans_dir);
   const Allocation& a = out.allocation;
   nlohmann::json ranks = nlohmann::json::array();
   for (const RankPrediction& p : a.predicted.ranks) ranks.push_back(rank_prediction_json(p));

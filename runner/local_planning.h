@@ -26,13 +26,17 @@ struct LocalPlanningInputs {
   std::string bin_dir;        // where qsync-worker and qsync-bench-allreduce are
   std::string allocator;      // overrides the job's
   std::string profiles_dir;   // overrides the job's planning.profiles
+  std::string plans_dir;      // rank-R.yaml plan files to run instead of allocating ("": allocate);
+                              // their prediction is the replayer's over the (scaled) profiles
   int profile_rounds = 0;     // > 0: `qsync-worker profile --rounds` (fewer: quicker, noisier)
   std::function<void(const std::string&)> say;  // progress messages
   std::vector<std::vector<int>> rank_cpus;      // per rank, the CPUs it runs on (empty: not pinned);
                                                 // a class's profile is measured on its first rank's
 };
 
-// Throws std::runtime_error when a measuring command fails (naming it and its log) and what
+// With plans_dir, the ranks' plans are read from it: the measured profiles serve them at any
+// local batch (scaled from the nearest profiled one, never re-measured), and no calibration is
+// collected. Throws std::runtime_error when a measuring command fails (naming it and its log) and what
 // local_plan_request / allocate throw (InfeasiblePlan included).
 LocalPlanning plan_local_job(const JobFile& job, const LocalPlanningInputs& inputs);
 

@@ -139,6 +139,7 @@ RunResult run_job_locally(const RunOptions& in) {
   planning_inputs.bin_dir = fs::path(o.worker_binary).parent_path().string();
   planning_inputs.allocator = o.allocator;
   planning_inputs.profiles_dir = o.profiles_dir;
+  planning_inputs.plans_dir = o.plans_dir;
   planning_inputs.profile_rounds = o.profile_rounds;
   planning_inputs.say = [&](const std::string& m) { progress.message(m); };
   // Each rank on CPUs of its own (cpu_pinning.h); the profiles are measured on them too.

@@ -34,6 +34,7 @@ struct RunOptions {
   int metrics_base_port = 0; // > 0: rank r's worker serves Prometheus /metrics on port P + r
   bool pin_cpus = true;      // each rank (and its profiling) on CPUs of its own (runner/cpu_pinning.h)
   int profile_rounds = 0;    // > 0: rounds of the profiles it measures (qsync-worker profile --rounds)
+  std::string plans_dir;     // run the rank-R.yaml plans there instead of planning (qsync run --plans)
   int64_t steps = 0;         // > 0: train this many steps instead of the job's steps/epochs
   bool checkpoints = true;   // false: no checkpoints (and no --resume), whatever the job says
 };

@@ -4,7 +4,7 @@
 //   qsync run JOB.yaml [--work-dir DIR] [--master-port P] [--summary-json FILE] [--resume]
 //                      [--collective-timeout SECONDS] [--quiet] [--allocator S] [--profiles DIR]
 //                      [--metrics-base-port P] [--no-pin] [--profile-rounds N]
-//                      [--compare S1,S2 [--compare-steps N]]
+//                      [--compare S1,S2 [--compare-steps N]] [--plans DIR]
 #include <cstdio>
 #include <algorithm>
 #include <cstring>
@@ -22,6 +22,8 @@ const char* USAGE =
     "                          [--collective-timeout SECONDS] [--quiet]\n"
     "                          [--allocator exact|greedy|uniform|uniform-low-weak|dynamic-batching]\n"
     "                          [--profiles DIR (measured device profiles; default <work dir>/profiles)]\n"
+    "                          [--plans DIR (run the plan files rank-R.yaml there instead of planning;\n"
+    "                           predicted from the profiles, scaled to the plans' batches)]\n"
     "                          [--metrics-base-port P (rank r serves Prometheus /metrics on port P+r)]\n"
     "                          [--no-pin (do not give each rank CPUs of its own)]\n"
     "                          [--profile-rounds N (rounds of the profiles it measures; default 3)]\n"
@@ -50,6 +52,7 @@ int run_main(int argc, char** argv) {
     else if (a == "--collective-timeout") o.collective_timeout_seconds = std::stod(value());
     else if (a == "--allocator") o.allocator = value();
     else if (a == "--profiles") o.profiles_dir = value();
+    else if (a == "--plans") o.plans_dir = value();
     else if (a == "--metrics-base-port") {
       o.metrics_base_port = std::stoi(value());
       if (o.metrics_base_port < 1 || o.metrics_base_port > 65535)

@@ -275,6 +275,38 @@ TEST(Runner, PlansWithTheExactAllocatorMeasuringOnceAndReportsPredictions) {
   EXPECT_EQ(second.summary["plan"]["ranks"], first.summary["plan"]["ranks"]) << "same measurements, same prediction";
 }
 
+// --plans DIR: the given plan files run as they are (another split of the batch, a mixed plan),
+// predicted by the replayer over the profiles already measured (scaled, not re-measured).
+TEST(Runner, RunsGivenPlansAtAnotherBatchWithoutRemeasuring) {
+  TempDir dir;
+  const std::string job = dir.write("job.yaml", job_yaml(6, "cpu-avx512", "cpu-avx2", "  model: {zoo: mlp}\n", "uniform"));
+  RunnerRun first = run_runner(dir, job, {"--profiles", dir.file("profiles")}, "first");
+  ASSERT_EQ(first.code, 0) << first.out << first.err;
+  const ModelDesc mlp = model_desc_find("mlp");
+  for (int r = 0; r < 2; ++r) {
+    RankPlan p = plan_file_load(dir.file("work/plans/rank-" + std::to_string(r) + ".yaml"), mlp);
+    p.local_batch = r == 0 ? 20 : 12;
+    if (r == 1) p.layers[model_gemm_layers(mlp).front()->name] = LayerPrecision::INT8_ALL;
+    fs::create_directories(dir.file("given"));
+    plan_file_write(dir.file("given/rank-" + std::to_string(r) + ".yaml"), p);
+  }
+  const RunnerRun r = run_runner(dir, job, {"--profiles", dir.file("profiles"), "--plans", dir.file("given")}, "given");
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_EQ(r.out.find("measuring the"), std::string::npos) << "the batch-16 profiles serve batches 20 and 12: " << r.out;
+  EXPECT_NE(r.summary["plan"]["strategy"].get<std::string>().find("given plans"), std::string::npos) << r.summary.dump(2);
+  EXPECT_EQ(r.summary["ranks"][0]["local_batch"], 20);
+  EXPECT_EQ(r.summary["ranks"][1]["local_batch"], 12);
+  EXPECT_GT(r.summary["ranks"][1]["predicted"]["step_seconds"].get<double>(), 0);
+  EXPECT_NE(r.summary["ranks"][1]["plan"].get<std::string>().find("int8-all"), std::string::npos);
+  // Plans whose batches do not add up to the job's are refused.
+  RankPlan p = plan_file_load(dir.file("given/rank-0.yaml"), mlp);
+  p.local_batch = 5;
+  plan_file_write(dir.file("given/rank-0.yaml"), p);
+  const RunnerRun bad = run_runner(dir, job, {"--profiles", dir.file("profiles"), "--plans", dir.file("given")}, "bad");
+  EXPECT_EQ(bad.code, 1);
+  EXPECT_NE(bad.err.find("adding up to 17, not the job's globalBatch 32"), std::string::npos) << bad.err;
+}
+
 TEST(Runner, RefusesAPoolWhoseDeviceCannotHoldTheModel) {
   TempDir dir;
   std::string job = job_yaml(4, "cpu-avx512", "cpu-avx2", "  model: {zoo: mlp}\n", "greedy");
