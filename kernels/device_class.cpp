@@ -5,6 +5,8 @@
 
 #include <omp.h>
 
+#include <cctype>
+#include <cstdlib>
 #include <mutex>
 #include <stdexcept>
 
@@ -30,10 +32,15 @@ const std::vector<DeviceClass> CLASSES = {
      "oneDNN capped at SSE4.1 (128-bit, no FMA): an older inference device; its FP32 GEMMs run at about a "
      "third of cpu-avx2's and its INT8 GEMMs at about three times its own FP32, as a T4's tensor cores "
      "outrun its FP32 units; the engine's own loops are the same on every class"},
-    {"cuda-sm75", DeviceKind::CUDA, CpuIsa::SCALAR, 75, "Turing (T4): FP16 and INT8 tensor cores"},
-    {"cuda-sm80", DeviceKind::CUDA, CpuIsa::SCALAR, 80, "Ampere (A100, A10): + BF16, TF32"},
-    {"cuda-sm89", DeviceKind::CUDA, CpuIsa::SCALAR, 89, "Ada (L4, L40): + FP8"},
-    {"cuda-sm90", DeviceKind::CUDA, CpuIsa::SCALAR, 90, "Hopper (H100, H200): + FP8"},
+    // GPU classes, by product; what each runs natively: the precision table's cuda_native_sm.
+    {"gpu-t4", DeviceKind::CUDA, CpuIsa::SCALAR, 75, "NVIDIA T4 (Turing, sm75): FP16 and INT8 tensor cores", "T4"},
+    {"gpu-a10", DeviceKind::CUDA, CpuIsa::SCALAR, 86, "NVIDIA A10 / A10G (Ampere, sm86): + TF32, BF16", "A10"},
+    {"gpu-l4", DeviceKind::CUDA, CpuIsa::SCALAR, 89, "NVIDIA L4 (Ada, sm89): + FP8", "L4"},
+    {"gpu-v100", DeviceKind::CUDA, CpuIsa::SCALAR, 70,
+     "NVIDIA V100 (Volta, sm70): FP16 tensor cores; CUDA 13 cannot compile for sm70", "V100"},
+    {"gpu-a100", DeviceKind::CUDA, CpuIsa::SCALAR, 80, "NVIDIA A100 (Ampere, sm80): TF32, BF16, FP16, INT8", "A100"},
+    {"gpu-h100", DeviceKind::CUDA, CpuIsa::SCALAR, 90, "NVIDIA H100 (Hopper, sm90): + FP8", "H100"},
+    {"gpu-h200", DeviceKind::CUDA, CpuIsa::SCALAR, 90, "NVIDIA H200 (Hopper, sm90, 141 GB): + FP8", "H200"},
 };
 
 dnnl::cpu_isa onednn_isa_for(CpuIsa cap) {
@@ -50,15 +57,56 @@ dnnl::cpu_isa onednn_isa_for(CpuIsa cap) {
 std::mutex active_mutex;
 const DeviceClass* active_class = nullptr;
 
-#if defined(QSYNC_WITH_CUDA)
-int cuda_sm_present(int sm) {
-  for (int d = 0; d < cuda_device_count(); ++d)
-    if (cuda_device_sm(d) == sm) return d;
-  return -1;
+int local_rank_device() {
+  const char* v = std::getenv("LOCAL_RANK");
+  if (v == nullptr || *v == '\0') return 0;
+  char* end = nullptr;
+  const long r = std::strtol(v, &end, 10);
+  if (*end != '\0' || r < 0 || r > 1024)
+    throw std::invalid_argument(std::string("LOCAL_RANK='") + v + "' is not a device index: unset it or set 0, 1, ...");
+  return int(r);
 }
-#endif
+
+std::string visible_devices_note() {
+  const char* v = std::getenv("CUDA_VISIBLE_DEVICES");
+  return v == nullptr ? "CUDA_VISIBLE_DEVICES unset" : std::string("CUDA_VISIBLE_DEVICES=") + v;
+}
+
+std::string sm_text(int sm) { return "sm" + std::to_string(sm); }
+
+// (Constants, not literals: GCC 12 misreports inlined long-literal copies as -Warray-bounds.)
+const std::string TF32_ON_CPU = "tf32 is the TF32 tensor-core mode of GPUs (sm80+); CPU classes compute fp32";
+const std::string CUDA_CORES = "cuBLASLt on the CUDA cores";
 
 }  // namespace
+
+bool device_class_matches_gpu_product(const DeviceClass& c, std::string_view product) {
+  if (c.kind != DeviceKind::CUDA || c.gpu_product.empty()) return false;
+  auto upper = [](char ch) { return char(std::toupper(static_cast<unsigned char>(ch))); };
+  size_t i = 0;
+  while (i < product.size()) {
+    while (i < product.size() && (product[i] == ' ' || product[i] == '-' || product[i] == '_')) ++i;
+    size_t j = i;
+    while (j < product.size() && product[j] != ' ' && product[j] != '-' && product[j] != '_') ++j;
+    const std::string_view word = product.substr(i, j - i);
+    if (word.size() >= c.gpu_product.size()) {
+      bool same = true;
+      for (size_t k = 0; k < c.gpu_product.size() && same; ++k) same = upper(word[k]) == upper(c.gpu_product[k]);
+      const size_t rest = word.size() - c.gpu_product.size();
+      if (same && (rest == 0 || (rest == 1 && std::isalpha(static_cast<unsigned char>(word.back()))))) return true;
+    }
+    i = j;
+  }
+  return false;
+}
+
+const DeviceClass* device_class_for_gpu_product(std::string_view product) {
+  for (const DeviceClass& c : CLASSES)
+    if (device_class_matches_gpu_product(c, product)) return &c;
+  return nullptr;
+}
+
+int device_class_cuda_device_index() { return local_rank_device(); }
 
 const std::vector<DeviceClass>& device_classes() { return CLASSES; }
 
@@ -79,10 +127,27 @@ DeviceAvailability device_class_availability(const DeviceClass& c) {
     return {false, c.name + " needs " + cpu_isa_name(c.cpu_isa_cap) + " but this CPU offers " + cpu_isa_name(have) +
                        "; the closest class here is " + device_class_fallback(c).name};
   }
+  if (c.cuda_sm < CUDA_MIN_SM)
+    return {false, c.name + " (" + sm_text(c.cuda_sm) + "): CUDA 13 cannot compile for compute capability " +
+                       std::to_string(c.cuda_sm / 10) + "." + std::to_string(c.cuda_sm % 10) +
+                       " (it supports sm" + std::to_string(CUDA_MIN_SM) + " and newer): use another class for these GPUs"};
 #if defined(QSYNC_WITH_CUDA)
-  if (cuda_sm_present(c.cuda_sm) >= 0) return {true, ""};
-  return {false, c.name + ": no CUDA device of compute capability " + std::to_string(c.cuda_sm / 10) + "." +
-                     std::to_string(c.cuda_sm % 10) + " here (" + std::to_string(cuda_device_count()) + " CUDA devices)"};
+  const int count = cuda_device_count();
+  const int index = local_rank_device();
+  if (count == 0)
+    return {false, c.name + ": no CUDA device is visible to this process (" + visible_devices_note() +
+                       "): run it on a node with an " + c.gpu_product + ", or as a CPU class"};
+  if (index >= count)
+    return {false, c.name + ": LOCAL_RANK " + std::to_string(index) + " asks for CUDA device " + std::to_string(index) +
+                       " but only " + std::to_string(count) + " are visible (" + visible_devices_note() + ")"};
+  const std::string name = cuda_device_name(index);
+  const int sm = cuda_device_sm(index);
+  if (sm == c.cuda_sm && device_class_matches_gpu_product(c, name)) return {true, ""};
+  return {false, c.name + " needs an NVIDIA " + c.gpu_product + " (" + sm_text(c.cuda_sm) + "), but CUDA device " +
+                     std::to_string(index) + " (LOCAL_RANK " + std::to_string(index) + ", " + visible_devices_note() +
+                     ") is an " + name + " (" + sm_text(sm) + ")" +
+                     (device_class_for_gpu_product(name) ? ": run it as " + device_class_for_gpu_product(name)->name
+                                                         : std::string())};
 #else
   return {false, c.name + ": this build has no CUDA (configure with -DQSYNC_ENABLE_CUDA=ON)"};
 #endif
@@ -116,6 +181,13 @@ void device_class_activate(const DeviceClass& c, int threads) {
       cpu_isa_set_cap(c.cpu_isa_cap);
     }
     omp_set_num_threads(threads);
+  } else {
+    if (active_class != nullptr && active_class != &c)
+      throw std::logic_error("this process already runs as " + active_class->name + "; start another process to run as " + c.name);
+#if defined(QSYNC_WITH_CUDA)
+    cuda_set_device(local_rank_device());
+#endif
+    omp_set_num_threads(threads);  // the host side of a GPU rank: data, casts of host copies
   }
   active_class = &c;
 }
@@ -131,11 +203,17 @@ std::vector<PrecisionCapability> device_class_capabilities(const DeviceClass& c)
   std::vector<PrecisionCapability> out;
   if (c.kind == DeviceKind::CUDA) {
     for (Precision p : gemm_precisions) {
-      SupportLevel level = SupportLevel::NATIVE;
-      std::string detail = "cuBLASLt";
-      if ((p == Precision::TF32 || p == Precision::BF16) && c.cuda_sm < 80) level = SupportLevel::UNSUPPORTED, detail = "needs sm80+";
-      if (p == Precision::FP8_E4M3 && c.cuda_sm < 89) level = SupportLevel::EMULATED, detail = "fp8 tensor cores need sm89+; decoded to fp16";
-      out.push_back({p, level, detail});
+      const int need = precision_traits(p).cuda_native_sm;
+      PrecisionCapability cap;
+      cap.precision = p;
+      cap.level = c.cuda_sm >= CUDA_MIN_SM && c.cuda_sm >= need ? SupportLevel::NATIVE : SupportLevel::UNSUPPORTED;
+      if (c.cuda_sm < CUDA_MIN_SM) cap.detail = c.name + ": CUDA 13 cannot compile for " + sm_text(c.cuda_sm);
+      else if (cap.level == SupportLevel::NATIVE)
+        cap.detail = need == 0 ? CUDA_CORES : "cuBLASLt on tensor cores (" + sm_text(need) + "+)";
+      else
+        cap.detail = std::string(precision_name(p)) + " needs " + sm_text(need) + "+ tensor cores; " + c.name + " is " +
+                     sm_text(c.cuda_sm);
+      out.push_back(std::move(cap));
     }
     return out;
   }
@@ -144,6 +222,14 @@ std::vector<PrecisionCapability> device_class_capabilities(const DeviceClass& c)
     throw std::logic_error("capabilities of " + c.name + " can only be read in a process running as it (this one runs as " + active->name + ")");
   const GemmBackend& cpu = gemm_backend_by_name("cpu");
   for (Precision p : gemm_precisions) {
+    if (p == Precision::TF32) {
+      PrecisionCapability cap;
+      cap.precision = p;
+      cap.level = SupportLevel::UNSUPPORTED;
+      cap.detail = TF32_ON_CPU;
+      out.push_back(std::move(cap));
+      continue;
+    }
     GemmSignature s;
     s.a_precision = s.b_precision = p;
     s.m = s.n = s.k = 128;

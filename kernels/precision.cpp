@@ -32,14 +32,14 @@ float decode_int8(uint32_t b) { return float(int8_t(uint8_t(b))); }
 
 constexpr auto FP = NumberKind::FLOATING_POINT;
 const std::array<PrecisionTraits, PRECISION_COUNT> TABLE = {{
-    // precision            name        bytes kind exp man max_finite      inf    encode       decode
-    {Precision::FP32,     "fp32",     4, FP, 8, 23, 3.40282347e38f, true,  encode_fp32, decode_fp32},
-    {Precision::TF32,     "tf32",     4, FP, 8, 10, 3.40116213e38f, true,  encode_tf32, decode_fp32},
-    {Precision::BF16,     "bf16",     2, FP, 8, 7,  3.38953139e38f, true,  encode_bf16, decode_bf16},
-    {Precision::FP16,     "fp16",     2, FP, 5, 10, 65504.0f,       true,  encode_fp16, decode_fp16},
-    {Precision::INT8,     "int8",     1, NumberKind::FIXED_POINT, 0, 7, 127.0f, false, encode_int8, decode_int8},
-    {Precision::FP8_E4M3, "fp8-e4m3", 1, FP, 4, 3,  448.0f,         false, encode_e4m3, decode_e4m3},
-    {Precision::FP8_E5M2, "fp8-e5m2", 1, FP, 5, 2,  57344.0f,       true,  encode_e5m2, decode_e5m2},
+    // precision            name        bytes kind exp man max_finite      inf    encode       decode       cuda sm
+    {Precision::FP32,     "fp32",     4, FP, 8, 23, 3.40282347e38f, true,  encode_fp32, decode_fp32, 0},
+    {Precision::TF32,     "tf32",     4, FP, 8, 10, 3.40116213e38f, true,  encode_tf32, decode_fp32, 80},
+    {Precision::BF16,     "bf16",     2, FP, 8, 7,  3.38953139e38f, true,  encode_bf16, decode_bf16, 80},
+    {Precision::FP16,     "fp16",     2, FP, 5, 10, 65504.0f,       true,  encode_fp16, decode_fp16, 70},
+    {Precision::INT8,     "int8",     1, NumberKind::FIXED_POINT, 0, 7, 127.0f, false, encode_int8, decode_int8, 75},
+    {Precision::FP8_E4M3, "fp8-e4m3", 1, FP, 4, 3,  448.0f,         false, encode_e4m3, decode_e4m3, 89},
+    {Precision::FP8_E5M2, "fp8-e5m2", 1, FP, 5, 2,  57344.0f,       true,  encode_e5m2, decode_e5m2, 89},
 }};
 
 }  // namespace

@@ -40,6 +40,11 @@ struct PrecisionTraits {
   // even and saturates finite values to +-max_finite (INT8: to +-127, no scale applied).
   uint32_t (*encode)(float x);
   float (*decode)(uint32_t bits);
+  // The smallest CUDA compute capability (major * 10 + minor) whose units compute GEMMs on
+  // operands of this precision natively: tensor cores (TF32/BF16 sm80, FP16 sm70, INT8 IMMA
+  // sm75, FP8 sm89); FP32 runs on the CUDA cores of every GPU (0). What each GPU device class
+  // runs natively follows from its compute capability and this column (kernels/device_class.h).
+  int cuda_native_sm;
 };
 
 const PrecisionTraits& precision_traits(Precision p);

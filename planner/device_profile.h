@@ -169,6 +169,9 @@ DeviceProfile device_profile_scaled(const DeviceProfile& p, int64_t batch);
 std::vector<std::string> estimated_gpu_classes();
 bool is_estimated_gpu_class(const std::string& device_class);
 DeviceProfile device_profile_estimate(const ModelDesc& model, const std::string& gpu_class, int64_t batch);
+// The datasheet's dense peak of a GPU class for GEMMs on operands of precision p, in TFLOP/s
+// (TOPS for INT8); 0 when the class has no unit for it or is not an estimated GPU class.
+double gpu_datasheet_peak_tflops(const std::string& gpu_class, Precision p);
 // An estimated all-reduce (ring over a 10 Gbit/s network, documented in estimated_profiles.cpp),
 // or a measured profile of another world size rescaled by the ring's step and traffic factors.
 CommProfile comm_profile_estimate(int world_size);

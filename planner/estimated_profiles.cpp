@@ -30,8 +30,12 @@
 // convolutions 1.3-5x slower (cuDNN reaches far less than half the peak with 1-64 channels), so
 // bf16's gain on them is overstated here. Treat these profiles as optimistic, and measure.
 // Precisions without a unit are unsupported and left out of the profile (T4 and V100: bf16;
-// all but L4/H100/H200: fp8). int8 backward runs in the 16-bit format: BF16 where the GPU has
-// it, else FP16.
+// all but L4/H100/H200: fp8); which layer precisions a class runs is the one rule of
+// planner/layer_precision.h (layer_precision_support), read with the class's compute capability
+// from kernels/device_class.h, so the planner never plans what the worker refuses. int8 backward
+// runs in the 16-bit format: BF16 where the GPU has it, else FP16. tf32 is the FP32 layer on
+// TF32 tensor cores (sm80+): no casts, FP32 storage. The V100 (sm70) keeps its figures, but
+// CUDA 13 cannot compile for it: estimating it is refused with that message (plan time).
 #include <algorithm>
 #include <cstdio>
 #include <stdexcept>
@@ -86,8 +90,11 @@ double peak_flops(const GpuFigures& g, Precision p) {
 
 bool supports(const GpuFigures& g, LayerPrecision lp) {
   const LayerPrecisionTraits& t = layer_precision_traits(lp);
-  return peak_flops(g, t.forward) > 0;
+  return peak_flops(g, t.forward) > 0 && layer_precision_support(device_class_by_name(g.name), lp).ok;
 }
+
+// Layer precisions with casts around their GEMMs (fp32 and tf32 have none: FP32 tensors).
+bool casts(LayerPrecision lp) { return layer_precision_traits(lp).weight_copy; }
 
 Precision sixteen_bit_of(const GpuFigures& g) { return g.bf16 > 0 ? Precision::BF16 : Precision::FP16; }
 
@@ -129,11 +136,11 @@ LayerCost gemm_layer_cost(const Roofline& r, const LayerDesc& l, LayerPrecision 
   const double bf = precision_bytes(f), bg = precision_bytes(g);
   LayerCost c;
   // forward: cast x and w (FP32 -> f; w per output channel for int8), then the GEMM, FP32 out
-  if (f != Precision::FP32) c.forward_seconds += r.cast(Precision::FP32, f).at(int64_t(x)) + r.cast(Precision::FP32, f).at(int64_t(w));
+  if (casts(lp)) c.forward_seconds += r.cast(Precision::FP32, f).at(int64_t(x)) + r.cast(Precision::FP32, f).at(int64_t(w));
   c.forward_seconds += r.gemm(flops, x * bf + w * bf + y * 4, f);
   // backward: cast dy, bring the saved x and w to the backward format, two GEMMs
   double bx = bf, bw = bf;
-  if (lp != LayerPrecision::FP32) c.backward_seconds += r.cast(Precision::FP32, g).at(int64_t(y));
+  if (casts(lp)) c.backward_seconds += r.cast(Precision::FP32, g).at(int64_t(y));
   if (t.backward == BackwardKind::SIXTEEN_BIT) {
     c.backward_seconds += r.cast(Precision::INT8, g).at(int64_t(x)) + r.cast(Precision::INT8, g).at(int64_t(w));
     bx = bw = bg;
@@ -143,7 +150,7 @@ LayerCost gemm_layer_cost(const Roofline& r, const LayerDesc& l, LayerPrecision 
   c.backward_seconds += r.gemm(flops, y * bg + w * bw + x * 4, g);      // dX = dY W
   c.backward_seconds += r.gemm(flops, y * bg + x * bx + w * 4 * 2, g);  // dW += dY^T X
   c.saved_bytes = batch * shape_numel(l.in_shape) * precision_bytes(t.saved_activation);
-  c.weight_bytes = lp == LayerPrecision::FP32 ? 0 : l.gemm_n * l.gemm_k * precision_bytes(t.saved_weight);
+  c.weight_bytes = !t.weight_copy ? 0 : l.gemm_n * l.gemm_k * precision_bytes(t.saved_weight);
   return c;
 }
 
@@ -195,6 +202,11 @@ std::string figures_text(const GpuFigures& g) {
 
 }  // namespace
 
+double gpu_datasheet_peak_tflops(const std::string& gpu_class, Precision p) {
+  const GpuFigures* g = gpu_by_name(gpu_class);
+  return g == nullptr ? 0.0 : peak_flops(*g, p) / 1e12;
+}
+
 std::vector<std::string> estimated_gpu_classes() {
   std::vector<std::string> out;
   for (const GpuFigures& g : GPUS) out.emplace_back(g.name);
@@ -212,6 +224,9 @@ DeviceProfile device_profile_estimate(const ModelDesc& model, const std::string&
                                 " (CPU classes are measured with `qsync-worker profile`)");
   }
   if (batch <= 0) throw std::invalid_argument("device_profile_estimate: batch must be positive, got " + std::to_string(batch));
+  const DeviceClass& cls = device_class_by_name(g->name);
+  if (cls.cuda_sm < CUDA_MIN_SM)
+    throw std::invalid_argument(layer_precision_support(cls, LayerPrecision::FP32).why);
   const Roofline r{*g};
   DeviceProfile p;
   p.model = model.name;

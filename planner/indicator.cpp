@@ -211,6 +211,7 @@ IndicatorTerms indicator_terms(const LayerStats& l, LayerPrecision p, const Indi
   switch (p) {
     case LayerPrecision::FP32:
       break;
+    case LayerPrecision::TF32:  // FP32 range, 10-bit mantissa products: fp16's rounding, no range limit
     case LayerPrecision::FP16:
     case LayerPrecision::BF16: {
       const double u = rounding_variance(layer_precision_traits(p).forward);
@@ -249,6 +250,7 @@ double weight_error_indicator(const LayerStats& l, LayerPrecision p) {
   switch (p) {
     case LayerPrecision::FP32: e = 0; break;
     case LayerPrecision::BF16: e = l.w_error_bf16; break;
+    case LayerPrecision::TF32:  // the same 10-bit mantissa as fp16 (and FP32's range: no overflow)
     case LayerPrecision::FP16: e = l.w_error_fp16; break;
     case LayerPrecision::INT8:
     case LayerPrecision::INT8_ALL: e = l.w_quant_error; break;

@@ -5,6 +5,7 @@
 // layer_precision.h), never spelled out here.
 #include "planner/job_fields.h"
 
+#include "planner/job_borrow_spec.h"
 
 #include <utility>
 
@@ -52,10 +53,13 @@ void add_pool_entry_fields(std::vector<Field>& fields, const std::string& prefix
                                   "GPUs (nvidia.com/gpu) each rank's pod requests. Default: 1 on GPU classes, 0 on "
                                   "CPU classes.")
                        .at_least(0));
-  if (inference)
+  if (inference) {
     fields.push_back(Field::boolean(prefix + ".offPeakOnly",
-                                    "Use these inference nodes only off peak; the operator gives them back first.")
+                                    "Use these inference nodes only off peak; needs borrow, whose windows or demand say "
+                                    "when that is (a borrowing entry always is).")
                          .with_default(false));
+    add_borrow_fields(fields, prefix + ".borrow");  // planner/job_borrow_spec.h
+  }
 }
 
 std::vector<Field> build_spec_fields() {
@@ -111,6 +115,7 @@ std::vector<Field> build_spec_fields() {
   f.push_back(Field::quantity_map("spec.resources.requests", "Resource requests, e.g. {cpu: \"4\", memory: 16Gi}."));
   f.push_back(Field::quantity_map("spec.resources.limits", "Resource limits, e.g. {memory: 32Gi}."));
 
+  add_elastic_policy_fields(f);  // planner/job_borrow_spec.h
   f.push_back(Field::object("spec.pool", "The devices: training and inference nodes for the operator, local workers for `qsync run`."));
   f.push_back(Field::array("spec.pool.training", "Training nodes, chosen by node selector."));
   add_pool_entry_fields(f, "spec.pool.training[]", false);

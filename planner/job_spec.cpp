@@ -42,6 +42,7 @@ void check_cross_field_rules(const json& spec, std::vector<std::string>& problem
       if (entry.contains("name") && !names.insert(entry["name"].get<std::string>()).second)
         problems.push_back("spec.pool: the entry name \"" + entry["name"].get<std::string>() +
                            "\" is used twice; names must be unique over training and inference (they name the pods)");
+  check_borrow_rules(spec, problems);  // job_borrow_spec.h
 }
 
 // Runs a planner parser; its message becomes a problem instead of an exception.
@@ -77,6 +78,7 @@ PoolEntry pool_entry_from(const json& e, const std::string& where, std::vector<s
     p.memory_budget_bytes = checked([&] { return parse_memory_quantity(p.memory_budget, where + ".memoryBudget"); }, problems);
   if (e.contains("gpusPerRank")) p.gpus_per_rank = json_integer(e, "gpusPerRank");
   p.off_peak_only = json_flag(e, "offPeakOnly");
+  if (e.contains("borrow")) p.borrow = borrow_spec_from(e["borrow"], where + ".borrow", problems);
   return p;
 }
 
@@ -106,6 +108,7 @@ json pool_entry_json(const PoolEntry& p, bool inference) {
   put_text(out, "memoryBudget", p.memory_budget);
   if (p.gpus_per_rank) out["gpusPerRank"] = *p.gpus_per_rank;
   if (inference) out["offPeakOnly"] = p.off_peak_only;
+  if (p.borrow) out["borrow"] = to_json(*p.borrow);
   return out;
 }
 
@@ -271,6 +274,7 @@ JobSpec job_spec_from_json(const json& input) {
       (group == std::string("training") ? s.pool.training : s.pool.inference).push_back(pool_entry_from(entries[i], where, problems));
     }
   }
+  if (spec.contains("elasticPolicy")) s.elastic_policy = elastic_policy_from(spec["elasticPolicy"]);
   const json local = pool.value("local", json::array());
   for (size_t i = 0; i < local.size(); ++i)
     s.pool.local.push_back(local_worker_from(local[i], "spec.pool.local[" + std::to_string(i) + "]", problems));
@@ -344,6 +348,7 @@ json to_json(const JobSpec& s) {
     pool["local"].push_back(worker);
   }
   out["pool"] = pool;
+  if (s.elastic_policy) out["elasticPolicy"] = to_json(*s.elastic_policy);
   json planning = {{"allocator", s.planning.allocator},         {"precision", s.planning.precision},
                    {"lowPrecision", s.planning.low_precision}, {"indicator", s.planning.indicator},
                    {"batchMoves", s.planning.batch_moves}};

@@ -34,6 +34,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "planner/job_borrow_spec.h"
 
 namespace qsync {
 
@@ -99,7 +100,8 @@ struct PoolEntry {
   std::string memory_budget;  // quantity, "" = the device's memory
   int64_t memory_budget_bytes = 0;
   std::optional<int64_t> gpus_per_rank;  // absent: 1 on GPU classes, 0 on CPU classes
-  bool off_peak_only = false;            // inference entries only
+  bool off_peak_only = false;            // inference entries only (needs borrow)
+  std::optional<BorrowSpec> borrow;      // inference entries only: lend GPUs from a workload (job_borrow_spec.h)
   bool operator==(const PoolEntry&) const = default;
 };
 
@@ -159,6 +161,7 @@ struct JobSpec {
   std::string image_pull_policy;  // "" = Kubernetes' default
   std::optional<ResourceRequirements> resources;
   PoolSpec pool;
+  std::optional<ElasticPolicy> elastic_policy;  // job_borrow_spec.h
   PlanningSpec planning;
   RunPolicy run_policy;
   bool operator==(const JobSpec&) const = default;

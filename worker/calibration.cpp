@@ -13,8 +13,10 @@
 #include "kernels/quantize.h"
 #include "worker/loss.h"
 #include "worker/model.h"
+#include "worker/ops/rank_device.h"
 #include "worker/optimizer.h"
 #include "worker/train_data.h"
+#include "worker/train_step.h"
 
 namespace qsync {
 namespace {
@@ -132,7 +134,8 @@ CalibrationObserver::CalibrationObserver(const ModelDesc& m) : model_name_(m.nam
   }
 }
 
-void CalibrationObserver::gemm_forward(const Layer& layer, const Tensor& x, const Tensor& w) {
+void CalibrationObserver::gemm_forward(const Layer& layer, const Tensor& x_seen, const Tensor& w_seen) {
+  const Tensor x = tensor_to_host(x_seen), w = tensor_to_host(w_seen);  // GPU ranks: host copies
   const auto it = layers_.find(layer.name());
   if (it == layers_.end())
     throw std::logic_error("calibration: layer '" + layer.name() + "' is not a GEMM layer of model '" + model_name_ + "'");
@@ -162,7 +165,8 @@ void CalibrationObserver::gemm_forward(const Layer& layer, const Tensor& x, cons
   ++it->second.forwards;
 }
 
-void CalibrationObserver::gemm_backward(const Layer& layer, const Tensor& dy, const Tensor& dw) {
+void CalibrationObserver::gemm_backward(const Layer& layer, const Tensor& dy_seen, const Tensor& dw_seen) {
+  const Tensor dy = tensor_to_host(dy_seen), dw = tensor_to_host(dw_seen);
   const auto it = layers_.find(layer.name());
   if (it == layers_.end())
     throw std::logic_error("calibration: layer '" + layer.name() + "' is not a GEMM layer of model '" + model_name_ + "'");
@@ -249,31 +253,31 @@ CalibrationStats calibrate_run(const CalibrateConfig& c) {
                                                      : device_class_by_name(c.device_class);
   device_class_activate(device, c.threads);
 
+  RankDevice rank_device(device);  // a GPU class calibrates on its GPU (the statistics are copied to the host)
+  DeviceOps& ops = rank_device.ops();
   MemoryAccount memory(0, "calibration");
-  Model model(desc, &memory, c.seed);
+  Model model(desc, &memory, c.seed, &ops);
   model.apply_plan(plan_uniform(desc, LayerPrecision::FP32));
   auto data = TrainingData::open(desc, c.data, BatchSharding::single(c.batch), c.seed, 1);
   OptimizerConfig oc;
   oc.total_steps = c.steps;
-  Optimizer opt(oc, model.parameters(), &memory);
+  Optimizer opt(oc, model.parameters(), &memory, &ops);
 
   CalibrationObserver observer(desc);
   StepContext ctx;
+  ctx.ops = &ops;
   ctx.memory = &memory;
   ctx.seed = c.seed;
   ctx.observer = &observer;
   Shape shape = desc.input_shape;
   shape.insert(shape.begin(), c.batch);
-  Tensor x = Tensor::empty(shape, Precision::FP32, &memory, "input batch");
-  std::vector<int32_t> targets;
+  LossScaler no_scaling;
+  RankStep step_runner(model, opt, nullptr, no_scaling, shape, c.batch * data->positions_per_sample(), &memory);
   const float loss_divisor = float(double(c.batch) * double(data->positions_per_sample()));
   for (int64_t step = 0; step < c.steps; ++step) {
-    data->next(x, targets);
+    data->next(step_runner.host_batch(), step_runner.host_targets());
     ctx.step = step;
-    model.zero_grad();
-    const SoftmaxXentResult res = softmax_cross_entropy(model.forward(x, ctx), targets, loss_divisor, &memory);
-    model.backward(res.dlogits, ctx);
-    opt.step(step);
+    step_runner.run(ctx, loss_divisor);
   }
   const CalibrationStats stats = observer.stats(c.steps, c.batch);
   if (!c.out.empty()) calibration_stats_write(c.out, stats);

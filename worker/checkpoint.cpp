@@ -1,7 +1,8 @@
 // File: worker/checkpoint.cpp
 // Checkpoint file layout (little endian):
 //   "QSYNCCKP" | u32 version | u64 model_hash | i64 step | i64 data_epoch | i64 data_index |
-//   u64 seed | u32 optimizer kind | i64 optimizer updates | u32 tensor count |
+//   u64 seed | u32 optimizer kind | i64 optimizer updates |
+//   (version 2) f64 loss scale | i64 loss-scale clean steps | u32 tensor count |
 //   per tensor: u32 name length, name, i64 numel, numel * f32 |
 //   u64 FNV-1a checksum of everything before it
 #include "worker/checkpoint.h"
@@ -42,7 +43,7 @@ Header read_header(ByteReader& r, const std::string& path) {
   if (std::memcmp(magic, MAGIC, sizeof magic) != 0)
     throw std::runtime_error(path + " is not a QSync checkpoint (bad magic)");
   const auto version = r.get<uint32_t>();
-  if (version != CHECKPOINT_VERSION)
+  if (version != CHECKPOINT_VERSION && version != 1)
     throw std::runtime_error("checkpoint " + path + " has version " + std::to_string(version) + ", this worker reads " +
                              std::to_string(CHECKPOINT_VERSION));
   Header h;
@@ -53,6 +54,10 @@ Header read_header(ByteReader& r, const std::string& path) {
   h.meta.seed = r.get<uint64_t>();
   h.optimizer = OptimizerKind(r.get<uint32_t>());
   h.updates = r.get<int64_t>();
+  if (version >= 2) {
+    h.meta.loss_scale.scale = r.get<double>();
+    h.meta.loss_scale.clean_steps = r.get<int64_t>();
+  }
   return h;
 }
 
@@ -71,13 +76,16 @@ void checkpoint_save(const std::string& path, const Model& model, Optimizer& opt
   w.put(meta.seed);
   w.put(uint32_t(opt.config().kind));
   w.put(opt.updates_applied());
+  w.put(meta.loss_scale.scale);
+  w.put(meta.loss_scale.clean_steps);
   const auto tensors = named_tensors(model, opt);
   w.put(uint32_t(tensors.size()));
   for (const auto& [name, t] : tensors) {
     w.put(uint32_t(name.size()));
     w.put_bytes(name.data(), name.size());
     w.put(t->numel());
-    w.put_bytes(t->data(), size_t(t->bytes()));
+    const Tensor host = tensor_to_host(*t);  // device tensors: a synchronous copy
+    w.put_bytes(host.data(), size_t(host.bytes()));
   }
   w.put(fnv1a_64(w.out.data(), w.out.size()));
   atomic_file_write(path, w.out);
@@ -143,8 +151,12 @@ CheckpointMeta checkpoint_load(const std::string& path, Model& model, Optimizer&
       throw std::runtime_error("checkpoint " + path + ": tensor '" + records[i].name + "' (" +
                                std::to_string(records[i].numel) + " values) does not match '" + tensors[i].first +
                                "' (" + std::to_string(tensors[i].second->numel()) + ")");
-  for (size_t i = 0; i < records.size(); ++i)
-    std::memcpy(tensors[i].second->data(), bytes.data() + records[i].offset, size_t(tensors[i].second->bytes()));
+  for (size_t i = 0; i < records.size(); ++i) {
+    Tensor& t = *tensors[i].second;
+    Tensor staged = Tensor::empty(t.shape(), Precision::FP32, nullptr, "checkpoint tensor");
+    std::memcpy(staged.data(), bytes.data() + records[i].offset, size_t(t.bytes()));
+    tensor_copy_from_host(staged, t);
+  }
   opt.set_updates_applied(updates);
   return meta;
 }

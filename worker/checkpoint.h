@@ -7,6 +7,7 @@
 
 #include <string>
 
+#include "worker/loss_scale.h"
 #include "worker/model.h"
 #include "worker/optimizer.h"
 
@@ -18,9 +19,11 @@ struct CheckpointMeta {
   int64_t data_index = 0;
   uint64_t seed = 0;
   uint64_t model_hash = 0;
+  LossScaleState loss_scale;   // dynamic loss scaling's state (version 2; version 1: the defaults)
 };
 
-inline constexpr uint32_t CHECKPOINT_VERSION = 1;
+// Version 2 adds the loss-scale state; version 1 files still load.
+inline constexpr uint32_t CHECKPOINT_VERSION = 2;
 
 // <dir>/latest.qckpt
 std::string checkpoint_path(const std::string& dir);

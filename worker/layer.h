@@ -12,6 +12,7 @@
 
 #include "planner/model_desc.h"
 #include "planner/plan_file.h"
+#include "worker/ops/device_ops.h"
 #include "worker/tensor.h"
 
 namespace qsync {
@@ -53,6 +54,8 @@ class LayerObserver {
 
 // What every layer sees during a step.
 struct StepContext {
+  // The rank's ops (its device): CpuOps when nullptr. Layers allocate and compute through them.
+  DeviceOps* ops = nullptr;
   MemoryAccount* memory = nullptr;
   uint64_t seed = 0;     // run seed: dropout masks and stochastic rounding derive from (seed, step, layer)
   int64_t step = 0;
@@ -64,6 +67,28 @@ struct StepContext {
   OpTimer* timer = nullptr;
   BackwardListener* backward_listener = nullptr;
   LayerObserver* observer = nullptr;  // calibration only
+};
+
+// The ops every layer of this step calls.
+inline DeviceOps& ops_of(const StepContext& ctx) { return ctx.ops != nullptr ? *ctx.ops : cpu_ops(); }
+
+// The seconds of a scope recorded under `name` ("<layer>.<op>") when ctx has a timer, on the
+// timeline of the rank's ops (host clock, or CUDA events recorded on the compute stream).
+class OpClock {
+ public:
+  OpClock(StepContext& ctx, std::string name) : ctx_(ctx), name_(std::move(name)) {
+    if (ctx_.timer != nullptr) start_ = ops_of(ctx_).time_mark();
+  }
+  ~OpClock() {
+    if (ctx_.timer != nullptr) ops_of(ctx_).record_time(*ctx_.timer, name_, start_, ops_of(ctx_).time_mark());
+  }
+  OpClock(const OpClock&) = delete;
+  OpClock& operator=(const OpClock&) = delete;
+
+ private:
+  StepContext& ctx_;
+  std::string name_;
+  TimeMark start_;
 };
 
 class Layer {

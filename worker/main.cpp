@@ -27,6 +27,7 @@
 #include "worker/calibration.h"
 #include "worker/profiler.h"
 #include "planner/cli_args.h"
+#include "worker/device_report.h"
 #include "worker/trainer.h"
 #include "worker/tp/infer.h"
 #include "worker/tp/spd_plan_command.h"
@@ -40,13 +41,15 @@ const char* USAGE =
     "         [--warmup N] [--lr-schedule cosine|constant] [--grad-clip X] [--seed S]\n"
     "         [--eval-every K] [--eval-limit N]\n"
     "         [--checkpoint-dir D] [--checkpoint-every K] [--resume] [--summary-json FILE]\n"
-    "         [--device-class cpu-amx|cpu-avx512|cpu-avx2] [--threads N] [--memory-budget MiB]\n"
+    "         [--device-class cpu-amx|cpu-avx512|cpu-avx2|gpu-t4|gpu-a10|gpu-l4|gpu-a100|gpu-h100|gpu-h200]\n"
+    "         [--threads N] [--memory-budget MiB] [--loss-scale auto|dynamic|none] [--profiles DIR]\n"
     "         [--log-every N] [--quiet] [--op-times] [--log-json] [--metrics-port N (0: a free port)]\n"
     "         [--job-name S] [--rank R] [--world-size N] [--master-addr A] [--master-port P]\n"
     "         [--bucket-mib X] [--weight-hash-every N] [--collective-timeout SECONDS]\n"
     "         [--link LATENCY,BANDWIDTH (emulated slow link per collective, e.g. 50us,10GB/s; none)]\n"
     "         [--termination-log FILE (at exit: one JSON line with steps, checkpointStep, error)]\n"
-    "  Data-parallel ranks also read MASTER_ADDR, MASTER_PORT, RANK and WORLD_SIZE (flags win).\n";
+    "  Data-parallel ranks also read MASTER_ADDR, MASTER_PORT, RANK and WORLD_SIZE (flags win); a GPU\n"
+    "  class trains on visible CUDA device LOCAL_RANK (default 0; CUDA_VISIBLE_DEVICES decides what is visible).\n";
 
 
 TrainConfig parse_train(int argc, char** argv) {
@@ -80,6 +83,8 @@ TrainConfig parse_train(int argc, char** argv) {
       {"--termination-log", [&](const std::string& v) { c.termination_log = v; }},
       {"--device-class", [&](const std::string& v) { c.device_class = v; }},
       {"--threads", [&](const std::string& v) { c.threads = int(parse_int_flag("--threads", v)); }},
+      {"--loss-scale", [&](const std::string& v) { c.loss_scaling = v; }},
+      {"--profiles", [&](const std::string& v) { c.profiles_dir = v; }},
       {"--memory-budget", [&](const std::string& v) { c.memory_budget = parse_int_flag("--memory-budget", v) << 20; }},
       {"--log-every", [&](const std::string& v) { c.log_every = parse_int_flag("--log-every", v); }},
       {"--rank", [&](const std::string& v) { c.rank = int(parse_int_flag("--rank", v)); }},
@@ -120,6 +125,7 @@ int worker_main(int argc, char** argv) {
     std::fputs(USAGE, argc < 2 ? stderr : stdout);
     std::fputs(CALIBRATE_USAGE, argc < 2 ? stderr : stdout);
     std::fputs(PROFILE_USAGE, argc < 2 ? stderr : stdout);
+    std::fputs(DEVICES_USAGE, argc < 2 ? stderr : stdout);
     std::fputs(INFER_USAGE, argc < 2 ? stderr : stdout);
     std::fputs(SPD_PLAN_USAGE, argc < 2 ? stderr : stdout);
     return argc < 2 ? 2 : 0;
@@ -137,6 +143,10 @@ int worker_main(int argc, char** argv) {
     profile_run(profile_parse_args(argc - 2, argv + 2));
     return 0;
   }
+  if (cmd == "devices") {
+    device_report_run(device_report_parse_args(argc - 2, argv + 2));
+    return 0;
+  }
   if (cmd == "infer") {
     infer_run(infer_parse_args(argc - 2, argv + 2));
     return 0;
@@ -145,8 +155,8 @@ int worker_main(int argc, char** argv) {
     spd_plan_run(spd_plan_parse_args(argc - 2, argv + 2));
     return 0;
   }
-  throw std::invalid_argument("unknown command '" + cmd + "' (commands: train, calibrate, profile, infer, spd-plan)\n" +
-                              USAGE + CALIBRATE_USAGE + PROFILE_USAGE + INFER_USAGE + SPD_PLAN_USAGE);
+  throw std::invalid_argument("unknown command '" + cmd + "' (commands: train, calibrate, profile, devices, infer, spd-plan)\n" +
+                              USAGE + CALIBRATE_USAGE + PROFILE_USAGE + DEVICES_USAGE + INFER_USAGE + SPD_PLAN_USAGE);
 }
 
 }  // namespace

@@ -9,11 +9,37 @@
 
 namespace qsync {
 
-Model::Model(const ModelDesc& desc, MemoryAccount* memory, uint64_t seed)
-    : desc_(desc), root_(layer_create(desc_.root, memory)) {
+Model::Model(const ModelDesc& desc, MemoryAccount* memory, uint64_t seed, DeviceOps* ops)
+    : desc_(desc), ops_(ops != nullptr ? ops : &cpu_ops()), root_(layer_create(desc_.root, nullptr)) {
+  // The layers' own parameter tensors are host, unaccounted: only the flat buffers are charged.
   root_->collect_parameters(parameters_);
   std::mt19937_64 rng(seed);
   root_->init_parameters(rng);
+  place_parameters(memory);
+}
+
+void Model::place_parameters(MemoryAccount* memory) {
+  offsets_.assign(parameters_.size(), 0);
+  int64_t total = 0;
+  for (size_t i = parameters_.size(); i-- > 0;) {  // reverse order: the gradient buckets' order
+    offsets_[i] = total;
+    total += (parameters_[i]->value.numel() + PARAMETER_ALIGNMENT - 1) / PARAMETER_ALIGNMENT * PARAMETER_ALIGNMENT;
+  }
+  values_ = ops_->zeros({total}, Precision::FP32, memory, "parameters");
+  grads_ = ops_->zeros({total}, Precision::FP32, memory, "gradients");
+  for (size_t i = 0; i < parameters_.size(); ++i) {
+    Parameter& p = *parameters_[i];
+    Tensor value = values_.view(offsets_[i], p.value.shape());
+    tensor_copy_from_host(p.value, value);
+    p.value = value;
+    p.grad = grads_.view(offsets_[i], p.grad.shape());
+  }
+}
+
+int64_t Model::offset_of(const Parameter* p) const {
+  for (size_t i = 0; i < parameters_.size(); ++i)
+    if (parameters_[i] == p) return offsets_[i];
+  throw std::invalid_argument("parameter '" + p->name + "' is not one of model '" + desc_.name + "'");
 }
 
 int64_t Model::parameter_count() const {
@@ -53,15 +79,14 @@ void visit(Layer& l, const std::function<void(Layer&)>& f) {
 
 void Model::visit_layers(const std::function<void(Layer&)>& f) { visit(*root_, f); }
 
-void Model::zero_grad() {
-  for (Parameter* p : parameters_) std::memset(p->grad.data(), 0, size_t(p->grad.bytes()));
-}
+void Model::zero_grad() { ops_->fill_zero(grads_); }
 
 uint64_t Model::weight_hash() const {
+  const Tensor host = tensor_to_host(values_);
   uint64_t h = 1469598103934665603ull;
-  for (const Parameter* p : parameters_) {
-    const auto* bytes = static_cast<const uint8_t*>(p->value.data());
-    for (int64_t i = 0; i < p->value.bytes(); ++i) h = (h ^ bytes[i]) * 1099511628211ull;
+  for (size_t i = 0; i < parameters_.size(); ++i) {
+    const auto* bytes = static_cast<const uint8_t*>(host.data()) + offsets_[i] * int64_t(sizeof(float));
+    for (int64_t b = 0; b < parameters_[i]->value.bytes(); ++b) h = (h ^ bytes[b]) * 1099511628211ull;
   }
   return h;
 }

@@ -1,6 +1,9 @@
 // File: worker/model.h
 // A trainable model: the layers built from a model description, their parameters, the plan
-// applied to them, and one training step's forward and backward.
+// applied to them, and one training step's forward and backward, on the rank's device.
+// Parameters and gradients live in two flat FP32 buffers on that device, each parameter a view
+// at a 256-byte aligned offset, laid out in reverse parameter order (the order backward finishes
+// them): a gradient bucket of consecutive parameters is one contiguous slice.
 #pragma once
 
 #include <functional>
@@ -15,12 +18,20 @@ namespace qsync {
 
 class Model {
  public:
-  // Builds every layer; parameters are charged to `memory` and initialized from `seed`
-  // (the same seed gives the same weights on every rank).
-  Model(const ModelDesc& desc, MemoryAccount* memory, uint64_t seed);
+  // Builds every layer; parameters are initialized on the host from `seed` (the same seed gives
+  // the same weights on every rank), then placed in the flat buffers on `ops`' device (nullptr:
+  // the host), which are charged to `memory`.
+  Model(const ModelDesc& desc, MemoryAccount* memory, uint64_t seed, DeviceOps* ops = nullptr);
 
   const ModelDesc& desc() const { return desc_; }
+  DeviceOps& ops() const { return *ops_; }
   const std::vector<Parameter*>& parameters() const { return parameters_; }
+  // The flat buffers (elements, padding included) and a parameter's offset in them.
+  const Tensor& flat_values() const { return values_; }
+  Tensor& flat_gradients() { return grads_; }
+  int64_t offset_of(const Parameter* p) const;
+  // Elements between parameters so that each starts 256-byte aligned.
+  static constexpr int64_t PARAMETER_ALIGNMENT = 64;
   int64_t parameter_count() const;
 
   // Sets every GEMM-like layer's precision from the plan (validated against the model).
@@ -37,13 +48,19 @@ class Model {
   // layer before its qkv and proj projections (per-layer profiling: saved bytes by name).
   void visit_layers(const std::function<void(Layer&)>& f);
 
-  // FNV-1a over the parameter values: a cheap cross-rank weight-equality check.
+  // FNV-1a over the parameter values (their bytes, in parameter order): a cheap cross-rank
+  // weight-equality check, the same on every device (a device's values are copied to the host).
   uint64_t weight_hash() const;
 
  private:
+  void place_parameters(MemoryAccount* memory);
+
   ModelDesc desc_;
+  DeviceOps* ops_;
   std::unique_ptr<Layer> root_;
   std::vector<Parameter*> parameters_;
+  std::vector<int64_t> offsets_;  // per parameter (parameters_ order), elements into the flat buffers
+  Tensor values_, grads_;         // (total) FP32 each
 };
 
 }  // namespace qsync

@@ -21,14 +21,17 @@ LrSchedule lr_schedule_from_name(const std::string& name) {
 }
 const char* lr_schedule_name(LrSchedule s) { return s == LrSchedule::CONSTANT ? "constant" : "cosine"; }
 
-Optimizer::Optimizer(const OptimizerConfig& config, const std::vector<Parameter*>& params, MemoryAccount* memory)
-    : config_(config), params_(params) {
+Optimizer::Optimizer(const OptimizerConfig& config, const std::vector<Parameter*>& params, MemoryAccount* memory,
+                     DeviceOps* ops)
+    : config_(config), params_(params), ops_(ops != nullptr ? ops : &cpu_ops()) {
   if (config.lr <= 0) throw std::invalid_argument("learning rate must be positive, got " + std::to_string(config.lr));
   for (Parameter* p : params_) {
-    m_.push_back(Tensor::zeros({p->value.numel()}, Precision::FP32, memory, p->name + " optimizer state"));
+    m_.push_back(ops_->zeros({p->value.numel()}, Precision::FP32, memory, p->name + " optimizer state"));
     if (config.kind == OptimizerKind::ADAMW)
-      v_.push_back(Tensor::zeros({p->value.numel()}, Precision::FP32, memory, p->name + " optimizer state"));
+      v_.push_back(ops_->zeros({p->value.numel()}, Precision::FP32, memory, p->name + " optimizer state"));
   }
+  for (size_t i = 0; i < params_.size(); ++i)
+    slots_.push_back({&params_[i]->value, &params_[i]->grad, &m_[i], v_.empty() ? nullptr : &v_[i], params_[i]->decay});
 }
 
 double Optimizer::lr_at(int64_t step) const {
@@ -50,49 +53,32 @@ std::vector<Tensor*> Optimizer::state() {
   return out;
 }
 
-double Optimizer::step(int64_t step) {
-  double norm = 0.0;
-  if (config_.grad_clip > 0) {
-    double sq = 0.0;  // fixed order, double accumulation: identical on every rank
-    for (Parameter* p : params_) {
-      const float* g = p->grad.f32();
-      for (int64_t i = 0; i < p->grad.numel(); ++i) sq += double(g[i]) * double(g[i]);
-    }
-    norm = std::sqrt(sq);
-  }
-  const float clip = config_.grad_clip > 0 && norm > config_.grad_clip ? float(config_.grad_clip / (norm + 1e-6)) : 1.0f;
-  const float lr = float(lr_at(step));
-  const float wd = float(config_.weight_decay);
+void Optimizer::step(int64_t step, float inv_loss_scale, bool skip_nonfinite) {
+  settle();  // the previous step's (its result was read at the step's synchronize)
   ++updates_;
-  for (size_t pi = 0; pi < params_.size(); ++pi) {
-    Parameter* p = params_[pi];
-    float* w = p->value.f32();
-    const float* g = p->grad.f32();
-    float* m = m_[pi].f32();
-    const int64_t n = p->value.numel();
-    const float decay = p->decay ? wd : 0.0f;
-    if (config_.kind == OptimizerKind::SGD) {
-      const float mom = float(config_.momentum);
-      for (int64_t i = 0; i < n; ++i) {
-        const float gi = g[i] * clip + decay * w[i];
-        m[i] = updates_ == 1 ? gi : mom * m[i] + gi;
-        w[i] -= lr * m[i];
-      }
-    } else {
-      float* v = v_[pi].f32();
-      const float b1 = float(config_.beta1), b2 = float(config_.beta2), eps = float(config_.eps);
-      const float c1 = float(1.0 - std::pow(config_.beta1, double(updates_)));
-      const float c2 = float(1.0 - std::pow(config_.beta2, double(updates_)));
-      for (int64_t i = 0; i < n; ++i) {
-        const float gi = g[i] * clip;
-        w[i] -= lr * decay * w[i];
-        m[i] = b1 * m[i] + (1.0f - b1) * gi;
-        v[i] = b2 * v[i] + (1.0f - b2) * gi * gi;
-        w[i] -= lr * (m[i] / c1) / (std::sqrt(v[i] / c2) + eps);
-      }
-    }
-  }
-  return norm;
+  OptimizerUpdate u;
+  u.adamw = config_.kind == OptimizerKind::ADAMW;
+  u.lr = float(lr_at(step));
+  u.weight_decay = float(config_.weight_decay);
+  u.momentum = float(config_.momentum);
+  u.first_update = updates_ == 1;
+  u.beta1 = float(config_.beta1);
+  u.beta2 = float(config_.beta2);
+  u.eps = float(config_.eps);
+  u.bias_correction1 = float(1.0 - std::pow(config_.beta1, double(updates_)));
+  u.bias_correction2 = float(1.0 - std::pow(config_.beta2, double(updates_)));
+  u.grad_clip = config_.grad_clip;
+  u.inv_loss_scale = inv_loss_scale;
+  u.skip_nonfinite = skip_nonfinite;
+  result_ = {};
+  ops_->optimizer_step(slots_, u, &result_);
+  settled_ = false;
+}
+
+void Optimizer::settle() {
+  if (settled_) return;
+  settled_ = true;
+  if (result_.skipped) --updates_;  // a skipped step did not happen (Adam's bias correction)
 }
 
 }  // namespace qsync

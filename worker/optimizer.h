@@ -1,7 +1,10 @@
 // File: worker/optimizer.h
 // Optimizers over FP32 master weights (SGD with momentum and weight decay, AdamW), the learning
 // rate schedule (linear warmup, then cosine decay), and global gradient-norm clipping. The
-// optimizer state stays FP32 whatever the layers compute in.
+// optimizer state stays FP32 whatever the layers compute in, on the parameters' device; the
+// update itself is one op of the rank's ops (DeviceOps::optimizer_step), so every rank of a job,
+// CPU or GPU, computes the same global norm (a canonical summation tree) and the same IEEE
+// single-precision update of the same summed gradients: their weights stay bitwise equal.
 #pragma once
 
 #include <string>
@@ -36,16 +39,22 @@ struct OptimizerConfig {
 
 class Optimizer {
  public:
-  Optimizer(const OptimizerConfig& config, const std::vector<Parameter*>& params, MemoryAccount* memory);
+  // State on `ops`' device (the parameters'); ops nullptr: the host.
+  Optimizer(const OptimizerConfig& config, const std::vector<Parameter*>& params, MemoryAccount* memory,
+            DeviceOps* ops = nullptr);
   const OptimizerConfig& config() const { return config_; }
 
   // The learning rate at `step` (0-based): linear warmup to lr, then constant (CONSTANT) or cosine
   // to lr * min_lr_ratio (COSINE).
   double lr_at(int64_t step) const;
-  // Clips (if configured) and applies one update with lr_at(step); returns the pre-clip global
-  // gradient norm when clipping is on (0 otherwise: the norm is not computed). Gradients are
-  // left as they are (zeroing is the caller's).
-  double step(int64_t step);
+  // Clips (if configured) and applies one update with lr_at(step). Gradients are left as they
+  // are (zeroing is the caller's). With loss scaling the gradients carry the loss scale: they are
+  // multiplied by inv_loss_scale, and a non-finite global norm skips the whole update
+  // (skip_nonfinite). The result (norm, skipped) is valid after the ops' synchronize(); call
+  // settle() then, which undoes the update count of a skipped step.
+  void step(int64_t step, float inv_loss_scale = 1.0f, bool skip_nonfinite = false);
+  const OptimizerStepResult& last_result() const { return result_; }
+  void settle();
 
   // Optimizer state tensors, in a fixed order (for checkpoints): momentum (SGD) or m, v (AdamW)
   // per parameter.
@@ -57,8 +66,12 @@ class Optimizer {
  private:
   OptimizerConfig config_;
   std::vector<Parameter*> params_;
+  DeviceOps* ops_;
   std::vector<Tensor> m_, v_;  // (numel) per parameter
+  std::vector<OptimizerSlot> slots_;
   int64_t updates_ = 0;        // steps applied, for Adam's bias correction and SGD's first step
+  OptimizerStepResult result_;
+  bool settled_ = true;
 
 };
 

@@ -1,19 +1,22 @@
 // File: worker/precision_ops.h
 // The per-layer precision machinery of GEMM-like layers, as explicit ops (so they can be timed,
-// profiled and costed by the planner):
+// profiled and costed by the planner), written once on the op interface (worker/ops/device_ops.h)
+// and run on whatever device the rank computes on:
 //   cast_activation  FP32 input -> the layer's forward operand (what is saved for backward)
 //   cast_weight      FP32 master weight -> the forward weight operand (per-channel INT8 scales)
 //   cast_gradient    FP32 output gradient -> the backward GEMMs' operand
 //   backward_operand a saved forward operand -> the backward GEMMs' operand (INT8 -> 16 bit)
 //   backward_weight  the weight operand of the backward GEMMs
-//   matmul           C = op(A) op(B) (+ beta C) on 2-D tensors, through the GEMM backend registry
 // Per precision (planner/layer_precision.h):
 //   fp32      no casts
+//   tf32      no casts: the FP32 tensors are read as TF32 operands (tensor cores round them)
 //   bf16/fp16 everything in the 16-bit format, FP32 accumulation
 //   int8      x per tensor, w per output channel, RNE; backward in ctx.sixteen_bit from the INT8 copies
 //   int8-all  int8, and the gradient is INT8 per tensor with stochastic rounding; the backward
 //             weight operand is the master re-quantized per tensor
 //   fp8       E4M3 x and w, E5M2 gradient, per-tensor scales (amax / max_finite)
+// On devices whose INT8/FP8 GEMMs want both operands k-contiguous (cuBLASLt's TN), the gradient
+// cast can also write its transpose with the same scale (one amax pass, no transpose later).
 #pragma once
 
 #include <string>
@@ -26,14 +29,17 @@
 namespace qsync {
 
 // Which side of the GEMM an INT8 tensor feeds. On CPUs without VNNI the A side is quantized to
-// 7 bits (kernels/cpu/gemm_onednn.h: cpu_int8_activation_max), B to the full [-127, 127].
+// 7 bits (DeviceOps::int8_a_operand_max), B to the full [-127, 127].
 enum class OperandRole : uint8_t { A, B };
 
 Tensor cast_activation(const Tensor& x, LayerPrecision p, StepContext& ctx, const std::string& layer, OperandRole role);
 Tensor cast_weight(const Tensor& w, LayerPrecision p, StepContext& ctx, const std::string& layer, OperandRole role);
 // The output gradient is the A operand of both backward GEMMs of Linear and of Conv2d's weight
-// gradient; it is quantized as an A operand.
-Tensor cast_gradient(const Tensor& dy, LayerPrecision p, StepContext& ctx, const std::string& layer);
+// gradient; it is quantized as an A operand. transposed (optional): for INT8/FP8 gradients on a
+// device that wants k-contiguous operands, also the (cols, rows) transpose of dy's 2-D view,
+// same scale; left undefined otherwise.
+Tensor cast_gradient(const Tensor& dy, LayerPrecision p, StepContext& ctx, const std::string& layer,
+                     Tensor* transposed = nullptr);
 Tensor backward_operand(const Tensor& saved, LayerPrecision p, StepContext& ctx, const std::string& layer);
 Tensor backward_weight(const Tensor& saved_w, const Tensor& master_w, LayerPrecision p, StepContext& ctx,
                        const std::string& layer, OperandRole role);
@@ -41,19 +47,5 @@ Tensor backward_weight(const Tensor& saved_w, const Tensor& master_w, LayerPreci
 // The device's 16-bit format for the backward GEMMs of int8 layers: BF16 where the class computes
 // it natively, FP16 on CUDA, else FP16 numerics emulated in FP32 GEMMs (sixteen_bit_native false).
 void set_sixteen_bit_for(const DeviceClass& c, StepContext& ctx);
-
-// C (m, n) = op(A) op(B) + beta C with A, B 2-D views: (rows, cols) = their shapes' leading
-// product and last dim. Scales come from the tensors (per tensor, or per channel = per row of the
-// stored matrix: for B stored (n, k) transposed, that is per column of op(B)).
-void matmul(const Tensor& a, Transpose ta, const Tensor& b, Transpose tb, float* c, float beta);
-
-// Seconds since `start` recorded under "<layer>.<op>" when ctx has a timer.
-struct OpClock {
-  OpClock(StepContext& ctx, std::string name);
-  ~OpClock();
-  StepContext& ctx;
-  std::string name;
-  double start;
-};
 
 }  // namespace qsync

@@ -25,15 +25,13 @@
 #include "worker/loss.h"
 #include "worker/median.h"
 #include "worker/model.h"
+#include "worker/ops/rank_device.h"
 #include "worker/precision_ops.h"
 #include "worker/train_data.h"
+#include "worker/train_step.h"
 
 namespace qsync {
 namespace {
-
-double now_seconds() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 std::string cpu_model_name() {
   std::ifstream in("/proc/cpuinfo");
@@ -54,7 +52,8 @@ class ProfileBatches {
       : rng_(seed) {
     Shape s = m.input_shape;
     s.insert(s.begin(), batch);
-    x_ = Tensor::empty(s, Precision::FP32, memory, "profile batch");
+    x_ = Tensor::empty(s, Precision::FP32, nullptr, "profile batch");
+    (void)memory;
     const bool tokens = m.input_kind == InputKind::TOKENS;
     positions_ = tokens ? m.input_shape.at(0) : 1;
     if (!data.empty()) {
@@ -70,9 +69,11 @@ class ProfileBatches {
     targets_.resize(size_t(batch * positions_));
     for (int32_t& t : targets_) t = target(rng_);
   }
-  const Tensor& next() {
+  // The next batch into the step's host buffers.
+  void next(Tensor& x, std::vector<int32_t>& targets) {
     if (loader_) loader_->next(x_, targets_);
-    return x_;
+    std::memcpy(x.data(), x_.data(), size_t(x_.bytes()));
+    targets = targets_;
   }
   const std::vector<int32_t>& targets() const { return targets_; }
   int64_t positions_per_sample() const { return positions_; }
@@ -84,6 +85,12 @@ class ProfileBatches {
   int64_t positions_ = 1;
   std::unique_ptr<TrainingData> loader_;
 };
+
+Shape batches_shape(const ModelDesc& m, int64_t batch) {
+  Shape s = m.input_shape;
+  s.insert(s.begin(), batch);
+  return s;
+}
 
 // A GEMM layer's seconds for a phase: its leaf timing, or (attention's projections, which the
 // containers do not time) the sum of its sub-ops.
@@ -151,11 +158,18 @@ void profile_fit_casts(DeviceProfile& p, StepContext& ctx, int reps) {
   std::normal_distribution<float> normal(0.0f, 1.0f);
   // One fit per cast: `run(x)` performs the cast of x (FP32, shape (n / 1024, 1024)) and returns
   // the seconds of the cast alone.
+  DeviceOps& ops = ops_of(c);
   auto fit = [&](const std::function<double(const Tensor&)>& run) {
     std::vector<double> seconds;
     for (int64_t n : sizes) {
-      Tensor x = Tensor::empty({n / 1024, 1024}, Precision::FP32, c.memory, "cast benchmark input");
-      for (int64_t i = 0; i < n; ++i) x.f32()[i] = normal(rng);
+      Tensor host = Tensor::empty({n / 1024, 1024}, Precision::FP32, ops.device().is_host() ? c.memory : nullptr,
+                                  "cast benchmark input");
+      for (int64_t i = 0; i < n; ++i) host.f32()[i] = normal(rng);
+      Tensor x = host;
+      if (!ops.device().is_host()) {
+        x = ops.empty(host.shape(), Precision::FP32, c.memory, "cast benchmark input");
+        tensor_copy_from_host(host, x);
+      }
       std::vector<double> t;
       (void)run(x);  // warm-up
       for (int r = 0; r < reps; ++r) t.push_back(run(x));
@@ -163,10 +177,17 @@ void profile_fit_casts(DeviceProfile& p, StepContext& ctx, int reps) {
     }
     return fit_linear_cost(sizes, seconds);
   };
-  auto timed = [](const std::function<void()>& f) {
-    const double t0 = now_seconds();
+  // The seconds of f on the device's timeline (host clock, or CUDA events and a synchronize).
+  auto timed = [&](const std::function<void()>& f) {
+    struct One : OpTimer {
+      double seconds = 0;
+      void record(const std::string&, double s) override { seconds += s; }
+    } one;
+    const TimeMark t0 = ops.time_mark();
     f();
-    return now_seconds() - t0;
+    ops.record_time(one, "cast", t0, ops.time_mark());
+    ops.synchronize();
+    return one.seconds;
   };
   const std::string name = "profile";
   for (LayerPrecision lp : {LayerPrecision::BF16, LayerPrecision::FP16, LayerPrecision::INT8, LayerPrecision::FP8})
@@ -177,9 +198,9 @@ void profile_fit_casts(DeviceProfile& p, StepContext& ctx, int reps) {
     return timed([&] { (void)cast_weight(x, LayerPrecision::INT8, c, name, OperandRole::B); });
   });
   // A plain FP32 copy: what the gradient sync pays per element into and out of its buckets.
-  std::vector<float> copy_target(size_t(sizes.back()));
   p.casts[{Precision::FP32, Precision::FP32}] = fit([&](const Tensor& x) {
-    return timed([&] { std::memcpy(copy_target.data(), x.f32(), size_t(x.bytes())); });
+    Tensor target = ops.empty(x.shape(), Precision::FP32, nullptr, "copy benchmark target");
+    return timed([&] { ops.copy(x, target); });
   });
   p.casts[{Precision::INT8, c.sixteen_bit}] = fit([&](const Tensor& x) {
     const Tensor q = cast_activation(x, LayerPrecision::INT8, c, name, OperandRole::A);
@@ -217,6 +238,8 @@ DeviceProfile profile_run(const ProfileConfig& c) {
   const ModelDesc desc = model_desc_find(c.model);
   const DeviceClass& device = device_class_by_name(c.device_class);
   device_class_activate(device, c.threads);
+  RankDevice rank_device(device);  // GPU classes: timed with CUDA events on the rank's GPU
+  DeviceOps& ops = rank_device.ops();
 
   // In a world (RANK/WORLD_SIZE set, as `qsync run` does for a multi-rank pool), every step also
   // synchronizes its gradients as training does: the gradient-sync and Gloo threads then share
@@ -226,10 +249,11 @@ DeviceProfile profile_run(const ProfileConfig& c) {
   Collectives* coll = world.collectives->world_size() > 1 ? world.collectives.get() : nullptr;
 
   MemoryAccount memory(0, "profile");
-  Model model(desc, &memory, c.seed);
-  Optimizer opt(c.optimizer, model.parameters(), &memory);
+  Model model(desc, &memory, c.seed, &ops);
+  Optimizer opt(c.optimizer, model.parameters(), &memory, &ops);
   ProfileBatches batches(desc, c.data, c.batch, c.seed, &memory);
   StepContext ctx;
+  ctx.ops = &ops;
   ctx.memory = &memory;
   ctx.seed = c.seed;
   set_sixteen_bit_for(device, ctx);
@@ -261,7 +285,7 @@ DeviceProfile profile_run(const ProfileConfig& c) {
   std::vector<PrecisionRun> runs;
   for (const LayerPrecisionTraits& t : layer_precision_table()) {
     const SupportLevel level = level_of(t.forward);
-    if (level == SupportLevel::UNSUPPORTED) {
+    if (level == SupportLevel::UNSUPPORTED || !layer_precision_support(device, t.mode).ok) {
       skipped += std::string(skipped.empty() ? "" : ", ") + t.name;
       continue;
     }
@@ -271,13 +295,16 @@ DeviceProfile profile_run(const ProfileConfig& c) {
   std::unique_ptr<GradientSync> sync;
   size_t turns = runs.size();  // precision turns per round: in a world, the most any rank has
   if (coll) {
-    sync = std::make_unique<GradientSync>(*coll, model.parameters(), 25ll << 20);
+    sync = gradient_sync_create(*coll, nullptr, model, 25ll << 20);
     ctx.backward_listener = sync.get();
     const uint64_t mine = runs.size();
     std::vector<uint64_t> all(size_t(coll->world_size()));
     coll->all_gather(&mine, all.data(), 1);
     turns = size_t(*std::max_element(all.begin(), all.end()));
   }
+  LossScaler no_scaling;
+  RankStep step_runner(model, opt, sync.get(), no_scaling, batches_shape(desc, c.batch),
+                       c.batch * batches.positions_per_sample(), &memory);
   for (int64_t round = 0; round < c.rounds; ++round)
     for (size_t turn = 0; turn < turns; ++turn) {
       PrecisionRun& run = runs[turn % runs.size()];
@@ -286,22 +313,15 @@ DeviceProfile profile_run(const ProfileConfig& c) {
       memory.reset_peak();
       for (int64_t s = 0; s <= c.steps; ++s) {  // s == 0: warm-up, discarded
         ctx.step = step++;
-        const double step_start = now_seconds();
-        model.zero_grad();
-        if (sync) sync->begin_step();
-        const Tensor logits = model.forward(batches.next(), ctx);
-        if (round == 0 && s == 1) model.visit_layers([&run](Layer& l) { run.saved[l.name()] = l.saved_bytes(); });
-        const SoftmaxXentResult res = softmax_cross_entropy(logits, batches.targets(), divisor, &memory);
-        model.backward(res.dlogits, ctx);
-        const double computed = now_seconds() - step_start;
-        if (sync) sync->finish_step();  // the wait for the slowest rank: not this class's cost
-        const double t0 = now_seconds();
-        opt.step(ctx.step);
-        const double optimizer = now_seconds() - t0;
-        if (s > 0) optimizer_seconds.push_back(optimizer);
-        if (s > 0 && run.mode == LayerPrecision::FP32) fp32_step_seconds.push_back(computed + optimizer);
+        batches.next(step_runner.host_batch(), step_runner.host_targets());
+        step_runner.after_forward = [&, s] {
+          if (round == 0 && s == 1) model.visit_layers([&run](Layer& l) { run.saved[l.name()] = l.saved_bytes(); });
+        };
+        const StepOutcome out = step_runner.run(ctx, divisor);  // the sync's wait is not this class's cost
+        if (s > 0) optimizer_seconds.push_back(out.optimizer_seconds);
+        if (s > 0 && run.mode == LayerPrecision::FP32) fp32_step_seconds.push_back(out.compute_seconds + out.optimizer_seconds);
         if (coll) {  // the step's stats all-reduce, as training ends a step
-          double stats[4] = {res.loss_sum, 0, 0, 0};
+          double stats[4] = {out.loss_sum, 0, 0, 0};
           coll->all_reduce_sum(stats, 4);
         }
         if (s == 0) run.timer.discard_step();
@@ -318,7 +338,7 @@ DeviceProfile profile_run(const ProfileConfig& c) {
       LayerCost cost;
       cost.forward_seconds = gemm_phase_seconds(timer, l->name, true);
       cost.backward_seconds = gemm_phase_seconds(timer, l->name, false);
-      cost.weight_bytes = t.mode == LayerPrecision::FP32 ? 0 : weight_numel(model, l->name) * precision_bytes(t.saved_weight);
+      cost.weight_bytes = !t.weight_copy ? 0 : weight_numel(model, l->name) * precision_bytes(t.saved_weight);
       cost.saved_bytes = std::max<int64_t>(0, saved[l->name] - cost.weight_bytes);
       p.gemm_layers[l->name][t.mode] = cost;
     }
@@ -353,8 +373,9 @@ DeviceProfile profile_run(const ProfileConfig& c) {
     p.step_overhead_bytes = std::max<int64_t>(0, fp32_peak_bytes - parts.peak_memory_bytes);
     p.step_jitter = step_jitter_of(fp32_step_seconds, c.steps);
   }
-  p.source = "measured on " + cpu_model_name() + " as " + device.name + " (" + std::to_string(c.threads) +
-             " thread" + (c.threads == 1 ? "" : "s") + "), median of " + std::to_string(c.rounds) + " round" +
+  p.source = "measured on " + (rank_device.is_cuda() ? rank_device.describe() + ", CUDA events" : cpu_model_name()) +
+             " as " + device.name + " (" + std::to_string(c.threads) + " thread" + (c.threads == 1 ? "" : "s") +
+             "), median of " + std::to_string(c.rounds) + " round" +
              (c.rounds == 1 ? "" : "s") + " of " + std::to_string(c.steps) + " steps after a warm-up, " + optimizer_kind_name(c.optimizer.kind) + ", " +
              (c.data.empty() ? "synthetic data" : "data " + c.data) +
              (emulated.empty() ? "" : "; emulated: " + emulated) + (skipped.empty() ? "" : "; unsupported: " + skipped) +

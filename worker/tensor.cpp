@@ -1,5 +1,6 @@
 // File: worker/tensor.cpp
-// Tensor storage (aligned, accounted) and the memory account.
+// Tensor storage (aligned, accounted, on the host or a registered device), the registry of
+// device memories, and the memory account.
 #include "worker/tensor.h"
 
 #include <malloc.h>
@@ -7,6 +8,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <map>
+#include <mutex>
 
 namespace qsync {
 
@@ -35,11 +38,21 @@ void MemoryAccount::charge(int64_t bytes, const std::string& what) {
 void MemoryAccount::release(int64_t bytes) { current_.fetch_sub(bytes); }
 
 Tensor::Storage::~Storage() {
-  std::free(ptr);
+  if (memory != nullptr) memory->release(ptr, bytes);
+  else std::free(ptr);
   if (account) account->release(bytes);
 }
 
 namespace {
+
+std::mutex& memories_mutex() {
+  static std::mutex m;
+  return m;
+}
+std::map<int, TensorMemory*>& cuda_memories() {
+  static std::map<int, TensorMemory*> m;
+  return m;
+}
 
 // Training allocates the same large activation buffers every step. glibc serves large requests
 // with fresh mmaps and returns them on free, so every step would page-fault its activations in
@@ -55,7 +68,25 @@ void keep_freed_memory_for_reuse() {
 
 }  // namespace
 
-Tensor Tensor::empty(const Shape& shape, Precision p, MemoryAccount* account, const std::string& what) {
+TensorMemory& tensor_memory_for(const Device& d) {
+  std::lock_guard<std::mutex> lock(memories_mutex());
+  const auto it = cuda_memories().find(d.index);
+  if (d.is_host() || it == cuda_memories().end())
+    throw std::runtime_error("no memory is set up for device " + d.name() +
+                             (d.is_host() ? " (host tensors use the heap)"
+                                          : ": create the rank's CUDA ops (worker/ops/cuda/cuda_ops.h) before "
+                                            "allocating there, or run as a CPU device class"));
+  return *it->second;
+}
+
+void tensor_memory_register(const Device& d, TensorMemory* memory) {
+  if (d.is_host()) throw std::invalid_argument("tensor_memory_register: host memory is the heap, not registered");
+  std::lock_guard<std::mutex> lock(memories_mutex());
+  if (memory == nullptr) cuda_memories().erase(d.index);
+  else cuda_memories()[d.index] = memory;
+}
+
+Tensor Tensor::empty(const Shape& shape, Precision p, MemoryAccount* account, const std::string& what, Device device) {
   keep_freed_memory_for_reuse();
   for (int64_t d : shape)
     if (d < 0) throw std::invalid_argument("tensor " + what + ": negative dimension in " + shape_string(shape));
@@ -63,13 +94,25 @@ Tensor Tensor::empty(const Shape& shape, Precision p, MemoryAccount* account, co
   t.shape_ = shape;
   t.precision_ = p;
   t.storage_ = std::make_shared<Storage>();
+  t.storage_->device = device;
   const int64_t bytes = t.bytes();
+  TensorMemory* memory = device.is_host() ? nullptr : &tensor_memory_for(device);
   if (account) account->charge(bytes, what);
+  try {
+    if (memory != nullptr) {
+      t.storage_->ptr = memory->allocate(bytes, what);
+    } else {
+      const size_t aligned = (size_t(bytes) + 63) / 64 * 64;
+      t.storage_->ptr = std::aligned_alloc(64, aligned == 0 ? 64 : aligned);
+      if (t.storage_->ptr == nullptr) throw std::bad_alloc();
+    }
+  } catch (...) {
+    if (account) account->release(bytes);
+    throw;
+  }
   t.storage_->account = account;
   t.storage_->bytes = bytes;
-  const size_t aligned = (size_t(bytes) + 63) / 64 * 64;
-  t.storage_->ptr = std::aligned_alloc(64, aligned == 0 ? 64 : aligned);
-  if (t.storage_->ptr == nullptr) throw std::bad_alloc();
+  t.storage_->memory = memory;
   return t;
 }
 
@@ -82,6 +125,9 @@ Tensor Tensor::zeros(const Shape& shape, Precision p, MemoryAccount* account, co
 float* Tensor::f32() {
   if (precision_ != Precision::FP32)
     throw std::logic_error(std::string("tensor is ") + precision_name(precision_) + ", not fp32");
+  if (!on_host())
+    throw std::logic_error("tensor " + shape_string(shape_) + " lives on " + device().name() +
+                           ": read it through its device's ops (copy it to a host tensor first)");
   return as<float>();
 }
 const float* Tensor::f32() const { return const_cast<Tensor*>(this)->f32(); }
@@ -102,12 +148,57 @@ Tensor Tensor::prefix(const Shape& s) const {
   return t;
 }
 
+Tensor Tensor::view(int64_t element_offset, const Shape& s) const {
+  if (element_offset < 0 || element_offset + shape_numel(s) > numel())
+    throw std::invalid_argument("view of " + shape_string(s) + " at element " + std::to_string(element_offset) +
+                                " lies outside " + shape_string(shape_));
+  Tensor t = *this;
+  t.shape_ = s;
+  t.offset_ = offset_ + element_offset * precision_bytes(precision_);
+  return t;
+}
+
+Tensor Tensor::with_precision(Precision p) const {
+  if (precision_bytes(p) != precision_bytes(precision_))
+    throw std::invalid_argument(std::string("cannot read a ") + precision_name(precision_) + " tensor as " +
+                                precision_name(p) + ": element sizes differ");
+  Tensor t = *this;
+  t.precision_ = p;
+  return t;
+}
+
 Tensor Tensor::clone(MemoryAccount* account, const std::string& what) const {
+  if (!on_host())
+    throw std::logic_error("clone of a tensor on " + device().name() + ": copy device tensors through their ops");
   Tensor t = empty(shape_, precision_, account, what);
   std::memcpy(t.data(), data(), size_t(bytes()));
   t.scale_mode = scale_mode;
   t.scales = scales;
   return t;
+}
+
+Tensor tensor_to_host(const Tensor& t) {
+  if (!t.defined() || t.on_host()) return t;
+  Tensor h = Tensor::empty(t.shape(), t.precision(), nullptr, "host copy");
+  tensor_memory_for(t.device()).copy_to_host(h.data(), t.data(), t.bytes());
+  h.scale_mode = t.scale_mode;
+  if (t.scales) h.scales = std::make_shared<Tensor>(tensor_to_host(*t.scales));
+  return h;
+}
+
+void tensor_copy_from_host(const Tensor& src, Tensor& dst) {
+  if (!src.on_host()) throw std::invalid_argument("tensor_copy_from_host: the source lives on " + src.device().name());
+  if (src.bytes() != dst.bytes())
+    throw std::invalid_argument("tensor_copy_from_host: " + std::to_string(src.bytes()) + " bytes into " +
+                                std::to_string(dst.bytes()));
+  if (dst.on_host()) std::memcpy(dst.data(), src.data(), size_t(src.bytes()));
+  else tensor_memory_for(dst.device()).copy_from_host(dst.data(), src.data(), src.bytes());
+}
+
+std::shared_ptr<Tensor> Tensor::host_scales(const std::vector<float>& values) {
+  auto s = std::make_shared<Tensor>(empty({int64_t(values.size())}, Precision::FP32, nullptr, "scales"));
+  if (!values.empty()) std::memcpy(s->data(), values.data(), values.size() * sizeof(float));
+  return s;
 }
 
 }  // namespace qsync

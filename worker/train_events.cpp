@@ -100,6 +100,13 @@ void train_summary_write_json(const TrainSummary& s, const std::string& path) {
   nlohmann::json j = {
       {"model", s.model},
       {"device_class", s.device_class},
+      {"device", s.device},
+      {"loss_scaling", s.loss_scaling},
+      {"device_peak_bytes", s.device_peak_bytes},
+      {"skipped_steps", s.skipped_steps},
+      {"final_loss_scale", s.final_loss_scale},
+      {"predicted_compute_seconds", s.predicted_compute_seconds},
+      {"predicted_peak_memory_bytes", s.predicted_peak_memory_bytes},
       {"rank", s.rank},
       {"world_size", s.world_size},
       {"local_batch", s.local_batch},

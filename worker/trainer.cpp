@@ -27,107 +27,20 @@
 #include "worker/telemetry.h"
 #include "worker/progress.h"
 #include "worker/stop_signal_watcher.h"
+#include "worker/ops/rank_device.h"
 #include "worker/train_data.h"
 #include "worker/train_events.h"
+#include "worker/train_setup.h"
+#include "worker/train_step.h"
+#if defined(QSYNC_WITH_CUDA)
+#include "worker/dist/collectives_nccl.h"
+#endif
 
 namespace qsync {
 namespace {
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-
-Shape batch_shape(const ModelDesc& m, int64_t batch) {
-  Shape s = m.input_shape;
-  s.insert(s.begin(), batch);
-  return s;
-}
-
-RankPlan load_plan(const TrainConfig& c, const ModelDesc& m) {
-  if (!c.plan_path.empty()) {
-    if (!c.precision.empty()) throw std::invalid_argument("pass either --plan or --precision, not both");
-    return plan_file_load(c.plan_path, m);
-  }
-  return plan_uniform(m, c.precision.empty() ? LayerPrecision::FP32 : layer_precision_from_name(c.precision));
-}
-
-RendezvousConfig rendezvous_for(const TrainConfig& c) {
-  return rendezvous_config_with_overrides(c.rank, c.world_size, c.master_addr, c.master_port,
-                                          c.collective_timeout_seconds);
-}
-
-// Every rank's local batch: the plan's, or the global batch split evenly (remainder to low ranks).
-std::vector<int64_t> local_batches(const TrainConfig& c, const RankPlan& plan, Collectives& coll) {
-  const int world = coll.world_size(), rank = coll.rank();
-  const int64_t mine = plan.local_batch > 0 ? plan.local_batch : c.batch / world + (rank < c.batch % world ? 1 : 0);
-  if (mine <= 0)
-    throw std::invalid_argument("rank " + std::to_string(rank) + " gets an empty local batch (global batch " +
-                                std::to_string(c.batch) + " over " + std::to_string(world) + " ranks): raise --batch");
-  const uint64_t in = uint64_t(mine);
-  std::vector<uint64_t> all(static_cast<size_t>(world));
-  coll.all_gather(&in, all.data(), 1);
-  return {all.begin(), all.end()};
-}
-
-// Every rank must run the same job: compares a fingerprint of the settings that must agree.
-void check_settings_agree(const TrainConfig& c, const ModelDesc& m, int64_t total_steps, int64_t global_batch,
-                          Collectives& coll) {
-  uint64_t h = m.hash;
-  auto mix = [&h](uint64_t v) { h = (h ^ v) * 1099511628211ull; };
-  mix(uint64_t(total_steps));
-  mix(uint64_t(global_batch));
-  mix(c.seed);
-  mix(uint64_t(c.weight_hash_every));
-  mix(uint64_t(c.optimizer.kind));
-  mix(std::hash<double>{}(c.optimizer.lr));
-  mix(uint64_t(c.optimizer.schedule));
-  mix(uint64_t(c.bucket_bytes));
-  std::vector<uint64_t> all(static_cast<size_t>(coll.world_size()));
-  coll.all_gather(&h, all.data(), 1);
-  for (size_t r = 1; r < all.size(); ++r)
-    if (all[r] != all[0])
-      throw std::invalid_argument("rank " + std::to_string(r) + " runs other settings than rank 0 (model, steps, batch, "
-                                  "seed, optimizer, lr, schedule, bucket size or --weight-hash-every differ): start every rank "
-                                  "with the same job flags");
-}
-
-void check_weights_agree(const Model& model, Collectives& coll, int64_t step) {
-  const uint64_t h = model.weight_hash();
-  std::vector<uint64_t> all(static_cast<size_t>(coll.world_size()));
-  coll.all_gather(&h, all.data(), 1);
-  for (size_t r = 1; r < all.size(); ++r)
-    if (all[r] != all[0])
-      throw std::runtime_error("weights differ across ranks at step " + std::to_string(step) + ": rank " +
-                               std::to_string(r) + " hash " + std::to_string(all[r]) + " vs rank 0 " +
-                               std::to_string(all[0]) + " (a bug: please report it with the plan files)");
-}
-
-std::string plan_summary(const RankPlan& plan, const ModelDesc& m) {
-  std::string s;
-  for (const LayerDesc* l : model_gemm_layers(m))
-    s += (s.empty() ? "" : " ") + l->name + "=" + layer_precision_name(plan.precision_of(l->name));
-  return s;
-}
-
-EvalResult evaluate(Model& model, const TrainingData& data, StepContext ctx) {
-  ctx.training = false;
-  ctx.backward_listener = nullptr;
-  EvalResult r;
-  double loss_sum = 0, correct = 0, positions = 0;
-  std::vector<int32_t> targets;
-  for (int64_t i = 0; i < data.eval_batches(); ++i) {
-    const int64_t b = data.eval_batch_size(i);
-    Tensor x = Tensor::empty(batch_shape(model.desc(), b), Precision::FP32, ctx.memory, "eval batch");
-    data.eval_batch(i, x, targets);
-    const SoftmaxXentResult res = softmax_cross_entropy(model.forward(x, ctx), targets, 1.0f, ctx.memory);
-    loss_sum += res.loss_sum;
-    correct += double(res.correct);
-    positions += double(targets.size());
-    r.samples += b;
-  }
-  r.loss = positions > 0 ? loss_sum / positions : 0;
-  r.accuracy = positions > 0 ? correct / positions : 0;
-  return r;
 }
 
 // The training run behind train_run; `report` follows it (steps done, last checkpoint) so that
@@ -141,6 +54,8 @@ TrainSummary train_run_reporting(const TrainConfig& c, TerminationReport& report
   device_class_activate(device, c.threads);
   if (c.batch <= 0) throw std::invalid_argument("--batch must be positive, got " + std::to_string(c.batch));
   const RankPlan plan = load_plan(c, desc);
+  RankDevice rank_device(device);  // the host, or this rank's GPU (LOCAL_RANK)
+  DeviceOps& ops = rank_device.ops();
 
   // The world: a rendezvous and Gloo collectives when there is more than one rank.
   const RendezvousConfig rc = rendezvous_for(c);
@@ -148,30 +63,39 @@ TrainSummary train_run_reporting(const TrainConfig& c, TerminationReport& report
   std::unique_ptr<Collectives>& coll = joined.collectives;
   coll = collectives_with_link(std::move(coll), c.link);  // unchanged when no --link is given
   const int rank = coll->rank(), world = coll->world_size();
+  check_plan_runs_on(plan, desc, device, rank);
   const std::vector<int64_t> batches = local_batches(c, plan, *coll);
   const int64_t local_batch = batches[size_t(rank)];
   int64_t global_batch = 0;
   for (int64_t b : batches) global_batch += b;
 
   MemoryAccount memory(c.memory_budget, "rank " + std::to_string(rank));
-  Model model(desc, &memory, c.seed);  // the same seed: the same weights on every rank
+  Model model(desc, &memory, c.seed, &ops);  // the same seed: the same weights on every rank
   model.apply_plan(plan);
   auto data = TrainingData::open(desc, c.data, BatchSharding(batches, rank), c.seed, c.eval_limit);
   const int64_t total_steps =
       c.steps > 0 ? c.steps : std::max<int64_t>(1, int64_t(std::ceil(c.epochs * double(data->steps_per_epoch()))));
   OptimizerConfig oc = c.optimizer;
   if (oc.total_steps == 0) oc.total_steps = total_steps;
-  Optimizer opt(oc, model.parameters(), &memory);
+  Optimizer opt(oc, model.parameters(), &memory, &ops);
+  // What the ranks must agree on about their devices: NCCL when all are GPUs; loss scaling when
+  // any GPU rank runs a backward in FP16 (every rank scales alike: the sums stay consistent).
+  const JobDevices job = world > 1 ? job_devices_agree(*coll, rank_device.is_cuda(), plan_has_fp16_backward(plan, desc, device))
+                                   : JobDevices{rank_device.is_cuda(), plan_has_fp16_backward(plan, desc, device)};
+  LossScaler scaler(loss_scaling_resolve(c.loss_scaling, job.loss_scaling));
 
   TrainSummary s;
   s.model = desc.name;
   s.device_class = device.name;
+  s.device = rank_device.describe();
+  s.loss_scaling = loss_scaling_name(scaler.enabled() ? LossScaling::DYNAMIC : LossScaling::NONE);
   s.rank = rank;
   s.world_size = world;
   s.local_batch = local_batch;
   s.global_batch = global_batch;
   s.parameter_count = model.parameter_count();
   s.plan_summary = plan_summary(plan, desc);
+  predict_rank(c, desc, plan, device, local_batch, s);
   TrainEvents events(c, rank, world, total_steps);
   events.start(desc, device, data->describe(), s);
   if (c.link.enabled()) {
@@ -197,6 +121,7 @@ TrainSummary train_run_reporting(const TrainConfig& c, TerminationReport& report
     if (std::filesystem::exists(ckpt)) {
       const CheckpointMeta meta = checkpoint_load(ckpt, model, opt);
       step = meta.step;
+      scaler.set_state(meta.loss_scale);
       data->set_position({meta.data_epoch, meta.data_index});
       report.checkpoint_step = step;
       events.message("resumed from " + ckpt + " at step " + std::to_string(step));
@@ -214,52 +139,56 @@ TrainSummary train_run_reporting(const TrainConfig& c, TerminationReport& report
 
   OpTimeTable op_table;
   StepContext ctx;
+  ctx.ops = &ops;
   ctx.memory = &memory;
   ctx.seed = c.seed;
   if (c.op_times) ctx.timer = &op_table;
   set_sixteen_bit_for(device, ctx);
+  std::unique_ptr<Collectives> nccl;
   std::unique_ptr<GradientSync> sync;
   if (world > 1) {
-    sync = std::make_unique<GradientSync>(*coll, model.parameters(), c.bucket_bytes);
+#if defined(QSYNC_WITH_CUDA)
+    if (job.all_cuda) nccl = std::make_unique<NcclCollectives>(*joined.rendezvous, rank_device.cuda_device());
+#endif
+    sync = gradient_sync_create(*coll, nccl.get(), model, c.bucket_bytes);
     ctx.backward_listener = sync.get();
+    if (rank_device.is_cuda())
+      events.message(std::string("gradients over ") + (nccl ? "NCCL (device buckets)" : "Gloo (pinned host buckets)"));
   }
   auto save = [&](int64_t done) {
     if (ckpt.empty() || rank != 0) return;  // weights and data position are the same on every rank
     const LoaderPosition pos = data->position();
-    checkpoint_save(ckpt, model, opt, {done, pos.epoch, pos.step, c.seed, desc.hash});
+    checkpoint_save(ckpt, model, opt, {done, pos.epoch, pos.step, c.seed, desc.hash, scaler.state()});
     report.checkpoint_step = done;
   };
   stop.set_armed(true);
 
   const double positions_per_sample = double(data->positions_per_sample());
   const float loss_divisor = float(double(global_batch) * positions_per_sample);  // global mean
-  Tensor x = Tensor::empty(batch_shape(desc, local_batch), Precision::FP32, &memory, "input batch");
-  std::vector<int32_t> targets;
+  RankStep step_runner(model, opt, sync.get(), scaler, batch_shape(desc, local_batch),
+                       local_batch * data->positions_per_sample(), &memory);
   std::vector<double> step_seconds, compute_seconds, wait_seconds, allreduce_seconds, optimizer_seconds, stats_seconds;
+  int64_t skipped_steps = 0;
   try {
     for (; step < total_steps; ++step) {
-      data->next(x, targets);
+      data->next(step_runner.host_batch(), step_runner.host_targets());
       const auto t0 = std::chrono::steady_clock::now();
       ctx.step = step;
       ctx.training = true;
-      model.zero_grad();
-      if (sync) sync->begin_step();
-      const SoftmaxXentResult res = softmax_cross_entropy(model.forward(x, ctx), targets, loss_divisor, &memory);
-      model.backward(res.dlogits, ctx);
-      const double compute = seconds_since(t0);
-      if (sync) sync->finish_step();
-      const auto t_optimizer = std::chrono::steady_clock::now();
-      opt.step(step);
+      const StepOutcome out = step_runner.run(ctx, loss_divisor);
+      skipped_steps += out.skipped ? 1 : 0;
       const auto t_stats = std::chrono::steady_clock::now();
-      optimizer_seconds.push_back(std::chrono::duration<double>(t_stats - t_optimizer).count());
+      optimizer_seconds.push_back(out.optimizer_seconds);
       // One small all-reduce: the global loss and accuracy, and whether any rank was asked to stop.
-      double stats[4] = {res.loss_sum, double(res.correct), double(targets.size()), stop.requested() ? 1.0 : 0.0};
+      const double positions = double(step_runner.host_targets().size());
+      double stats[4] = {out.loss_sum, double(out.correct), positions, stop.requested() ? 1.0 : 0.0};
       coll->all_reduce_sum(stats, 4);
       stats_seconds.push_back(seconds_since(t_stats));
       step_seconds.push_back(seconds_since(t0));
+      const double compute = out.compute_seconds;
       compute_seconds.push_back(compute);
-      wait_seconds.push_back(sync ? sync->last_wait_seconds() : 0.0);
-      allreduce_seconds.push_back(sync ? sync->last_allreduce_seconds() : 0.0);
+      wait_seconds.push_back(out.wait_seconds);
+      allreduce_seconds.push_back(out.allreduce_seconds);
       const double loss = stats[0] / stats[2];
       s.losses.push_back(loss);
       s.final_train_loss = loss;
@@ -273,7 +202,7 @@ TrainSummary train_run_reporting(const TrainConfig& c, TerminationReport& report
       if (c.weight_hash_every > 0 && world > 1 && (step + 1) % c.weight_hash_every == 0)
         check_weights_agree(model, *coll, step + 1);
       if (rank == 0 && c.eval_every > 0 && (step + 1) % c.eval_every == 0 && step + 1 < total_steps) {
-        const EvalResult e = evaluate(model, *data, ctx);
+        const EvalResult e = evaluate(model, *data, ctx, step_runner);
         events.eval(step + 1, e);
       }
       if (c.checkpoint_every > 0 && (step + 1) % c.checkpoint_every == 0) save(step + 1);
@@ -293,12 +222,15 @@ TrainSummary train_run_reporting(const TrainConfig& c, TerminationReport& report
   save(step);
   s.steps = step;
   s.peak_memory_bytes = memory.peak_bytes();
+  s.device_peak_bytes = rank_device.device_peak_bytes();
+  s.skipped_steps = skipped_steps;
+  s.final_loss_scale = scaler.enabled() ? scaler.state().scale : 0.0;
   s.weight_hash = model.weight_hash();
   if (c.op_times) events.message("time per op (training steps of this run):\n" + op_table.format(s.steps - s.start_step));
 
   ctx.timer = nullptr;
   if (rank == 0 && !s.stopped_early) {
-    const EvalResult e = evaluate(model, *data, ctx);
+    const EvalResult e = evaluate(model, *data, ctx, step_runner);
     s.final_test_loss = e.loss;
     s.final_test_accuracy = e.accuracy;
     s.final_perplexity = desc.task == ModelTask::LANGUAGE_MODEL ? std::exp(e.loss) : 0.0;

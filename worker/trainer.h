@@ -34,7 +34,13 @@ struct TrainConfig {
   // --termination-log: at exit (end, stop on a signal, or error) a one-line JSON under 4 KiB,
   // {"steps", "checkpointStep", "stoppedEarly", "error"}, for Kubernetes' terminationMessagePath.
   std::string termination_log;
-  std::string device_class;  // empty: the strongest CPU class available
+  std::string device_class;  // empty: the strongest CPU class available; gpu-*: a GPU (LOCAL_RANK)
+  // --loss-scale: "auto" (dynamic when a GPU rank of the job runs a backward in FP16), "dynamic"
+  // or "none" (worker/loss_scale.h).
+  std::string loss_scaling = "auto";
+  // --profiles DIR: measured device profiles for the summary's prediction of this rank's step and
+  // peak memory (planner/replayer.h); without one, GPU classes use their estimates.
+  std::string profiles_dir;
   int threads = 1;
   int64_t memory_budget = 0;  // bytes; 0: unlimited
   int64_t log_every = 50;
@@ -63,6 +69,15 @@ struct EvalResult {
 
 struct TrainSummary {
   std::string model, device_class;
+  std::string device;        // what the rank computed on ("host CPU", or the GPU and its libraries)
+  std::string loss_scaling;  // "none" | "dynamic"
+  int64_t device_peak_bytes = 0;  // GPU ranks: the device pool's high-water mark (0 on CPUs)
+  int64_t skipped_steps = 0;      // steps loss scaling skipped (non-finite gradients)
+  double final_loss_scale = 0;    // 0 without loss scaling
+  // The planner's prediction for this rank alone (its profile replayed at its plan and batch):
+  // compute seconds and peak memory; 0 when no profile or estimate exists for the class.
+  double predicted_compute_seconds = 0;
+  int64_t predicted_peak_memory_bytes = 0;
   int rank = 0, world_size = 1;
   int64_t local_batch = 0, global_batch = 0;
   double median_compute_seconds = 0, median_wait_seconds = 0, median_allreduce_seconds = 0;

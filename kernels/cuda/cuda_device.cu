@@ -56,6 +56,23 @@ int cuda_current_device() {
   return device;
 }
 
+void cuda_set_device(int device) {
+  const cudaError_t e = cudaSetDevice(device);
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    throw std::runtime_error("cudaSetDevice(" + std::to_string(device) + ") failed: " + cudaGetErrorName(e) + ": " +
+                             cudaGetErrorString(e) + " (" + std::to_string(cuda_device_count()) + " visible devices)");
+  }
+}
+
+std::string cuda_version_text() {
+  int runtime = 0, driver = 0;
+  (void)cudaRuntimeGetVersion(&runtime);
+  if (cudaDriverGetVersion(&driver) != cudaSuccess) (void)cudaGetLastError();
+  auto text = [](int v) { return std::to_string(v / 1000) + "." + std::to_string(v % 1000 / 10); };
+  return "CUDA runtime " + text(runtime) + (driver > 0 ? ", driver " + text(driver) : ", no CUDA driver");
+}
+
 void cuda_check_status(int status, const char* what, const char* file, int line) {
   if (status == static_cast<int>(cudaSuccess)) return;
   const auto err = static_cast<cudaError_t>(status);

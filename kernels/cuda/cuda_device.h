@@ -25,6 +25,11 @@ int cuda_device_sm(int device);
 std::string cuda_device_name(int device);
 // The device current on this host thread (0 when none is set or there is no device).
 int cuda_current_device();
+// Makes `device` current on this host thread; throws std::runtime_error naming the device and
+// the CUDA error when it cannot (no such device, no driver).
+void cuda_set_device(int device);
+// "CUDA runtime 13.0, driver 13.0" (versions as major.minor; "no CUDA driver" when absent).
+std::string cuda_version_text();
 
 // Throws std::runtime_error("<file>:<line>: <what>: <cudaGetErrorString>") when `status`
 // (a cudaError_t, passed as int to keep this header free of CUDA includes) is not cudaSuccess.

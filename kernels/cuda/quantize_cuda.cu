@@ -19,7 +19,10 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <climits>
 #include <cstring>
+#include <stdexcept>
+#include <string>
 
 #include "kernels/cuda/cuda_device.h"
 
@@ -260,14 +263,132 @@ struct Epilogue {
   const Acc* acc; int64_t ld_acc; float* c; int64_t ldc; int64_t n; EpilogueScales s; float beta;
   __device__ void operator()(int64_t idx) const {
     const int64_t i = idx / n, j = idx % n;
-    const float v = __fmul_rn(__fmul_rn(float(acc[i * ld_acc + j]), channel_scale(s.sa, s.sa_mode, i)),
-                              channel_scale(s.sb, s.sb_mode, j));
+    float v = __fmul_rn(__fmul_rn(float(acc[i * ld_acc + j]), channel_scale(s.sa, s.sa_mode, i)),
+                        channel_scale(s.sb, s.sb_mode, j));
+    if (s.bias != nullptr) v = __fadd_rn(v, s.bias[j]);
     float* out = c + i * ldc + j;
     *out = beta == 0.0f ? v : __fadd_rn(v, __fmul_rn(beta, *out));  // beta == 0: c is not read
   }
 };
 
+struct ScalesFromAmax {
+  const float* amax; float* scale; float* inv_scale; float divisor;
+  __device__ void operator()(int64_t i) const {
+    const float s = amax[i] == 0.0f ? 1.0f : __fdiv_rn(amax[i], divisor);
+    scale[i] = s;
+    if (inv_scale != nullptr) inv_scale[i] = __fdiv_rn(1.0f, s);
+  }
+};
+
+// 32 x 32 tiles, 32 x 8 threads: each thread handles 4 rows of a tile.
+constexpr int TILE = 32, TILE_ROWS = 8;
+
+template <typename Q, typename Encode>
+__global__ void quantize_2d_kernel(const float* x, Q* q, Q* q_t, int64_t rows, int64_t cols, Encode encode) {
+  __shared__ Q tile[TILE][TILE + 1];
+  const int64_t c0 = int64_t(blockIdx.x) * TILE;
+  const int64_t row_tiles = (rows + TILE - 1) / TILE;
+  for (int64_t ty = blockIdx.y; ty < row_tiles; ty += gridDim.y) {  // grid-stride over row tiles
+    const int64_t r0 = ty * TILE;
+    for (int k = threadIdx.y; k < TILE; k += TILE_ROWS) {
+      const int64_t r = r0 + k, c = c0 + threadIdx.x;
+      if (r < rows && c < cols) {
+        const Q v = encode(x[r * cols + c], uint64_t(r * cols + c));
+        q[r * cols + c] = v;
+        tile[k][threadIdx.x] = v;
+      }
+    }
+    if (q_t == nullptr) continue;
+    __syncthreads();
+    for (int k = threadIdx.y; k < TILE; k += TILE_ROWS) {
+      const int64_t c = c0 + k, r = r0 + threadIdx.x;  // q_t (cols, rows): row c, column r
+      if (r < rows && c < cols) q_t[c * rows + r] = tile[threadIdx.x][k];
+    }
+    __syncthreads();  // the tile is rewritten by the next row tile
+  }
+}
+
+template <typename Q, typename Encode>
+void launch_quantize_2d(const float* x, Q* q, Q* q_t, int64_t rows, int64_t cols, Encode encode, void* stream) {
+  if (rows <= 0 || cols <= 0) return;
+  const int64_t col_tiles = (cols + TILE - 1) / TILE, row_tiles = (rows + TILE - 1) / TILE;
+  if (col_tiles > int64_t(INT32_MAX))
+    throw std::invalid_argument("quantize_2d_cuda: " + std::to_string(cols) + " columns are too many for one grid");
+  const dim3 grid(unsigned(col_tiles), unsigned(std::min<int64_t>(row_tiles, 65535)));
+  quantize_2d_kernel<<<grid, dim3(TILE, TILE_ROWS), 0, as_stream(stream)>>>(x, q, q_t, rows, cols, encode);
+  QSYNC_CUDA_CHECK(cudaGetLastError());
+}
+
+struct Int8Encode {
+  const float* scale; Rounding r; uint64_t seed;
+  __device__ int8_t operator()(float v, uint64_t index) const { return quantize_one(v, *scale, r, seed, index); }
+};
+template <bool E4M3>
+struct Fp8Encode {
+  const float* inv_scale;
+  __device__ uint8_t operator()(float v, uint64_t) const {
+    const float s = scaled(v, *inv_scale);
+    return E4M3 ? fp32_to_e4m3_bits(s) : fp32_to_e5m2_bits(s);
+  }
+};
+
+__device__ float round_sixteen(float v, SixteenBit f) {
+  if (f == SixteenBit::BF16) return bf16_bits_to_fp32(fp32_to_bf16_bits(v));
+  if (f == SixteenBit::FP16) return fp16_bits_to_fp32(fp32_to_fp16_bits(v));
+  return v;
+}
+
+struct DequantizeToFp32 {
+  const int8_t* q; float* out; int64_t cols; const float* scales; bool per_row; SixteenBit round_to;
+  __device__ void operator()(int64_t i) const {
+    out[i] = round_sixteen(__fmul_rn(float(q[i]), scales[per_row ? i / cols : 0]), round_to);
+  }
+};
+struct DequantizeToSixteen {
+  const int8_t* q; uint16_t* out; int64_t cols; const float* scales; bool per_row; SixteenBit format;
+  __device__ void operator()(int64_t i) const {
+    const float v = __fmul_rn(float(q[i]), scales[per_row ? i / cols : 0]);
+    out[i] = format == SixteenBit::BF16 ? fp32_to_bf16_bits(v) : fp32_to_fp16_bits(v);
+  }
+};
+struct RoundSixteen {
+  float* x; SixteenBit format;
+  __device__ void operator()(int64_t i) const { x[i] = round_sixteen(x[i], format); }
+};
+
 }  // namespace
+
+void scales_from_amax_cuda(const float* amax, float* scale, float* inv_scale, int64_t count, float divisor,
+                           void* stream) {
+  launch_elementwise(ScalesFromAmax{amax, scale, inv_scale, divisor}, count, stream);
+}
+
+void quantize_int8_2d_cuda(const float* x, int8_t* q, int8_t* q_t, int64_t rows, int64_t cols, const float* scale,
+                           Rounding r, uint64_t seed, void* stream) {
+  launch_quantize_2d(x, q, q_t, rows, cols, Int8Encode{scale, r, seed}, stream);
+}
+
+void quantize_fp8_2d_cuda(const float* x, uint8_t* y, uint8_t* y_t, int64_t rows, int64_t cols, const float* inv_scale,
+                          bool e4m3, void* stream) {
+  if (e4m3) launch_quantize_2d(x, y, y_t, rows, cols, Fp8Encode<true>{inv_scale}, stream);
+  else launch_quantize_2d(x, y, y_t, rows, cols, Fp8Encode<false>{inv_scale}, stream);
+}
+
+void dequantize_int8_to_fp32_cuda(const int8_t* q, float* out, int64_t rows, int64_t cols, const float* scales,
+                                  bool per_row, SixteenBit round_to, void* stream) {
+  if (cols <= 0) return;
+  launch_elementwise(DequantizeToFp32{q, out, cols, scales, per_row, round_to}, rows * cols, stream);
+}
+
+void dequantize_int8_to_sixteen_cuda(const int8_t* q, uint16_t* out, int64_t rows, int64_t cols, const float* scales,
+                                     bool per_row, SixteenBit format, void* stream) {
+  if (cols <= 0) return;
+  launch_elementwise(DequantizeToSixteen{q, out, cols, scales, per_row, format}, rows * cols, stream);
+}
+
+void round_to_sixteen_bit_cuda(float* x, int64_t n, SixteenBit format, void* stream) {
+  launch_elementwise(RoundSixteen{x, format}, n, stream);
+}
 
 void amax_cuda(const float* x, int64_t n, float* out, void* stream) {
   QSYNC_CUDA_CHECK(cudaMemsetAsync(out, 0, sizeof(float), as_stream(stream)));

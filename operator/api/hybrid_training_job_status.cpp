@@ -49,6 +49,35 @@ HybridTrainingJobStatus hybrid_training_job_status_from_json(const json& status)
   s.last_checkpoint_step = json_integer(status, "lastCheckpointStep");
   s.start_time = json_text(status, "startTime");
   s.completion_time = json_text(status, "completionTime");
+  s.borrowed_devices = json_integer(status, "borrowedDevices");
+  s.resizes = json_integer(status, "resizes");
+  if (status.contains("lastResize")) {
+    const json& r = status["lastResize"];
+    s.last_resize = ResizeStatus{json_text(r, "time"), json_text(r, "reason"), json_text(r, "message"),
+                                 json_integer(r, "fromRanks"), json_integer(r, "toRanks"), json_integer(r, "checkpointStep")};
+  }
+  for (const json& l : status.value("lending", json::array())) {
+    LendingStatus e;
+    e.entry = json_text(l, "entry");
+    e.workload = json_text(l, "workload");
+    e.state = json_text(l, "state");
+    e.reason = json_text(l, "reason");
+    e.message = json_text(l, "message");
+    e.serving_replicas = json_integer(l, "servingReplicas");
+    e.target_replicas = json_integer(l, "targetReplicas");
+    e.ready_replicas = json_integer(l, "readyReplicas");
+    e.needed_replicas = json_integer(l, "neededReplicas");
+    e.borrowed_devices = json_integer(l, "borrowedDevices");
+    if (l.contains("demand")) e.demand = json_number(l, "demand");
+    e.last_change_time = json_text(l, "lastChangeTime");
+    e.reclaim_start_time = json_text(l, "reclaimStartTime");
+    e.reclaim_target_replicas = json_integer(l, "reclaimTargetReplicas");
+    e.reclaim_reason = json_text(l, "reclaimReason");
+    e.reclaims = json_integer(l, "reclaims");
+    e.reclaims_missed = json_integer(l, "reclaimsMissed");
+    if (l.contains("lastReclaimSeconds")) e.last_reclaim_seconds = json_number(l, "lastReclaimSeconds");
+    s.lending.push_back(std::move(e));
+  }
   return s;
 }
 
@@ -88,6 +117,42 @@ json to_json(const HybridTrainingJobStatus& s) {
   out["lastCheckpointStep"] = s.last_checkpoint_step;
   put_text(out, "startTime", s.start_time);
   put_text(out, "completionTime", s.completion_time);
+  if (s.borrowed_devices > 0) out["borrowedDevices"] = s.borrowed_devices;
+  if (s.resizes > 0) out["resizes"] = s.resizes;
+  if (s.last_resize) {
+    json r = {{"fromRanks", s.last_resize->from_ranks},
+              {"toRanks", s.last_resize->to_ranks},
+              {"checkpointStep", s.last_resize->checkpoint_step}};
+    put_text(r, "time", s.last_resize->time);
+    put_text(r, "reason", s.last_resize->reason);
+    put_text(r, "message", s.last_resize->message);
+    out["lastResize"] = r;
+  }
+  if (!s.lending.empty()) {
+    out["lending"] = json::array();
+    for (const LendingStatus& l : s.lending) {
+      json e = {{"entry", l.entry},
+                {"servingReplicas", l.serving_replicas},
+                {"targetReplicas", l.target_replicas},
+                {"readyReplicas", l.ready_replicas},
+                {"neededReplicas", l.needed_replicas},
+                {"borrowedDevices", l.borrowed_devices},
+                {"reclaimTargetReplicas", l.reclaim_target_replicas},
+                {"reclaims", l.reclaims},
+                {"reclaimsMissed", l.reclaims_missed}};
+      for (const auto& [key, value] : {std::pair<const char*, const std::string*>{"workload", &l.workload},
+                                       {"state", &l.state},
+                                       {"reason", &l.reason},
+                                       {"message", &l.message},
+                                       {"lastChangeTime", &l.last_change_time},
+                                       {"reclaimStartTime", &l.reclaim_start_time},
+                                       {"reclaimReason", &l.reclaim_reason}})
+        put_text(e, key, *value);
+      if (l.demand) e["demand"] = *l.demand;
+      if (l.last_reclaim_seconds) e["lastReclaimSeconds"] = *l.last_reclaim_seconds;
+      out["lending"].push_back(e);
+    }
+  }
   return out;
 }
 

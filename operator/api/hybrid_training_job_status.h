@@ -18,6 +18,8 @@ inline constexpr const char* PHASE_PENDING = "Pending";
 inline constexpr const char* PHASE_PLANNING = "Planning";
 inline constexpr const char* PHASE_RUNNING = "Running";
 inline constexpr const char* PHASE_RESTARTING = "Restarting";
+inline constexpr const char* PHASE_RESIZING = "Resizing";  // elastic: checkpoint, re-plan, restart at the new size
+inline constexpr const char* PHASE_WAITING = "Waiting";    // elastic: fewer ranks than elasticPolicy.minRanks
 inline constexpr const char* PHASE_SUSPENDED = "Suspended";
 inline constexpr const char* PHASE_SUCCEEDED = "Succeeded";
 inline constexpr const char* PHASE_FAILED = "Failed";
@@ -49,6 +51,28 @@ struct ReplicaCounts {
   bool operator==(const ReplicaCounts&) const = default;
 };
 
+// One borrowing entry's lending state (docs/borrowing.md); the operator's memory of it between
+// passes (when it last changed the workload, the reclaim in progress).
+struct LendingStatus {
+  std::string entry, workload, state, reason, message;
+  int64_t serving_replicas = 0, target_replicas = 0, ready_replicas = 0, needed_replicas = 0, borrowed_devices = 0;
+  std::optional<double> demand;
+  std::string last_change_time, reclaim_start_time;  // MicroTime, "" when none
+  int64_t reclaim_target_replicas = 0;
+  std::string reclaim_reason;
+  int64_t reclaims = 0, reclaims_missed = 0;
+  std::optional<double> last_reclaim_seconds;
+
+  bool operator==(const LendingStatus&) const = default;
+};
+
+struct ResizeStatus {
+  std::string time, reason, message;
+  int64_t from_ranks = 0, to_ranks = 0, checkpoint_step = 0;
+
+  bool operator==(const ResizeStatus&) const = default;
+};
+
 struct HybridTrainingJobStatus {
   std::string phase;  // "" until the operator first writes status
   std::string message;
@@ -60,6 +84,10 @@ struct HybridTrainingJobStatus {
   int64_t last_checkpoint_step = 0;
   std::string start_time;       // RFC 3339, "" until the workers start
   std::string completion_time;  // RFC 3339, "" until the job finishes
+  int64_t borrowed_devices = 0;
+  int64_t resizes = 0;  // a resize is a new attempt too: pods are labelled restarts + resizes
+  std::optional<ResizeStatus> last_resize;
+  std::vector<LendingStatus> lending;
 
   bool operator==(const HybridTrainingJobStatus&) const = default;
 };

@@ -8,7 +8,8 @@ namespace {
 std::vector<Field> build_status_fields() {
   std::vector<Field> f;
   f.push_back(Field::string("status.phase", "The job's phase.")
-                  .one_of({"Pending", "Planning", "Running", "Restarting", "Suspended", "Succeeded", "Failed"}));
+                  .one_of({"Pending", "Planning", "Running", "Restarting", "Resizing", "Waiting", "Suspended", "Succeeded",
+                           "Failed"}));
   f.push_back(Field::string("status.message", "A human-readable summary of the phase: what happened, what to fix."));
   f.push_back(Field::integer("status.observedGeneration", "The spec generation this status describes.").at_least(0));
   f.push_back(Field::array("status.conditions", "Created, Planned, Running, Restarting, Suspended, Succeeded, Failed.")
@@ -38,6 +39,31 @@ std::vector<Field> build_status_fields() {
   f.push_back(Field::integer("status.lastCheckpointStep", "The step of the last checkpoint written.").at_least(0));
   f.push_back(Field::date_time("status.startTime", "When the workers started."));
   f.push_back(Field::date_time("status.completionTime", "When the job succeeded or failed."));
+  // Off-peak borrowing and the elastic world size (docs/borrowing.md).
+  f.push_back(Field::integer("status.borrowedDevices", "GPUs the job borrows from inference workloads now.").at_least(0));
+  f.push_back(Field::integer("status.resizes", "Elastic resizes so far (checkpoint, re-plan, restart at the new size).")
+                  .at_least(0));
+  f.push_back(Field::object("status.lastResize", "The last resize."));
+  f.push_back(Field::date_time("status.lastResize.time", "When it began."));
+  f.push_back(Field::string("status.lastResize.reason", "PoolGrew, PoolShrank or BelowMinRanks."));
+  f.push_back(Field::string("status.lastResize.message", "What changed in the pool."));
+  f.push_back(Field::integer("status.lastResize.fromRanks", "The world size before.").at_least(0));
+  f.push_back(Field::integer("status.lastResize.toRanks", "The world size after (0: waiting).").at_least(0));
+  f.push_back(Field::integer("status.lastResize.checkpointStep", "The last checkpoint reported when it began.").at_least(0));
+  f.push_back(Field::array("status.lending", "Per borrowing entry: the workload's lending state.").keyed_by({"entry"}));
+  f.push_back(Field::string("status.lending[].entry", "The pool entry.").mandatory().non_empty());
+  f.push_back(Field::string("status.lending[].workload", "The workload, KIND/NAME."));
+  f.push_back(Field::string("status.lending[].state", "Serving, ScalingIn, Lent, Reclaiming or Unavailable."));
+  f.push_back(Field::string("status.lending[].reason", "Why: Lending, Cooldown, WindowClosed, DemandHigh, DemandUnknown, ..."));
+  f.push_back(Field::string("status.lending[].message", "What it means, and what to do."));
+  for (const char* name : {"servingReplicas", "targetReplicas", "readyReplicas", "neededReplicas", "borrowedDevices",
+                           "reclaimTargetReplicas", "reclaims", "reclaimsMissed"})
+    f.push_back(Field::integer(std::string("status.lending[].") + name, std::string("Lending: ") + name + ".").at_least(0));
+  f.push_back(Field::number("status.lending[].demand", "The last demand sample."));
+  f.push_back(Field::date_time("status.lending[].lastChangeTime", "When the operator last changed the workload's replicas."));
+  f.push_back(Field::date_time("status.lending[].reclaimStartTime", "When the reclaim in progress began."));
+  f.push_back(Field::string("status.lending[].reclaimReason", "What triggered the reclaim in progress."));
+  f.push_back(Field::number("status.lending[].lastReclaimSeconds", "Trigger to replicas Ready, the last reclaim.").at_least(0));
   return f;
 }
 

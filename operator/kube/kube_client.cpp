@@ -211,4 +211,13 @@ json KubeClient::remove(const ResourceType& type, const std::string& ns, const s
               "application/json");
 }
 
+json KubeClient::remove_with_grace(const ResourceType& type, const std::string& ns, const std::string& name,
+                                   int64_t grace_seconds) {
+  json options = {{"kind", "DeleteOptions"}, {"apiVersion", "v1"}, {"gracePeriodSeconds", grace_seconds},
+                  {"propagationPolicy", "Background"}};
+  return send("delete", "DELETE",
+              type.path(ns, name) + QueryString().add("gracePeriodSeconds", std::to_string(grace_seconds)).str(), options,
+              "application/json");
+}
+
 }  // namespace qsync::kube

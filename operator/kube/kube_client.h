@@ -88,6 +88,9 @@ class KubeClient {
   // deletionTimestamp while finalizers remain). A missing object is a 404 KubeError.
   json remove(const ResourceType& type, const std::string& ns, const std::string& name,
               PropagationPolicy propagation = PropagationPolicy::DEFAULT);
+  // DELETE with DeleteOptions.gracePeriodSeconds (0: at once, as `kubectl delete --force
+  // --grace-period=0` does for a pod whose node is gone).
+  json remove_with_grace(const ResourceType& type, const std::string& ns, const std::string& name, int64_t grace_seconds);
 
   // Streams watch events to `on_event` until the server ends the stream (timeout), `on_event`
   // returns false, or `stop` becomes true (checked at least every second). Returns the last

@@ -54,6 +54,15 @@ const ResourceType& custom_resource_definitions_type() {
   return t;
 }
 
+const ResourceType& deployments_type() {
+  static const ResourceType t{"apps", "v1", "deployments", "Deployment", true};
+  return t;
+}
+const ResourceType& stateful_sets_type() {
+  static const ResourceType t{"apps", "v1", "statefulsets", "StatefulSet", true};
+  return t;
+}
+
 std::string object_key(const std::string& ns, const std::string& name) { return ns.empty() ? name : ns + "/" + name; }
 
 std::pair<std::string, std::string> split_object_key(const std::string& key) {

@@ -32,6 +32,8 @@ const ResourceType& nodes_type();
 const ResourceType& namespaces_type();
 const ResourceType& leases_type();  // coordination.k8s.io/v1
 const ResourceType& custom_resource_definitions_type();  // apiextensions.k8s.io/v1, cluster-scoped
+const ResourceType& deployments_type();    // apps/v1
+const ResourceType& stateful_sets_type();  // apps/v1
 
 // "namespace/name" (or "name" for cluster-scoped objects): the work-queue key.
 std::string object_key(const std::string& ns, const std::string& name);

@@ -12,6 +12,10 @@ using json = nlohmann::json;
 
 bool in_namespace(const json& o, const std::string& ns) { return o["metadata"].value("namespace", "") == ns; }
 
+const kube::ResourceType& workload_type(const std::string& kind) {
+  return kind == "StatefulSet" ? kube::stateful_sets_type() : kube::deployments_type();
+}
+
 bool labelled_for(const json& o, const std::string& job) {
   const json& labels = o["metadata"].value("labels", json::object());
   return labels.contains(JOB_LABEL) && labels[JOB_LABEL] == job;
@@ -42,6 +46,13 @@ std::vector<json> ApiClusterReader::config_maps(const std::string& ns) {
   return client_.list(kube::config_maps_type(), ns).items;
 }
 std::vector<json> ApiClusterReader::nodes() { return client_.list(kube::nodes_type(), "").items; }
+std::optional<json> ApiClusterReader::workload(const std::string& ns, const std::string& kind, const std::string& name) {
+  return client_.get_if_exists(workload_type(kind), ns, name);
+}
+std::vector<json> ApiClusterReader::workloads(const std::string& ns, const std::string& kind) {
+  return client_.list(workload_type(kind), ns).items;
+}
+std::vector<json> ApiClusterReader::all_pods() { return client_.list(kube::pods_type(), "").items; }
 
 std::optional<json> InformerClusterReader::job(const std::string& ns, const std::string& name) {
   return client_.get_if_exists(hybrid_training_jobs_type(), ns, name);
@@ -65,5 +76,18 @@ std::vector<json> InformerClusterReader::config_maps(const std::string& ns) {
   return out;
 }
 std::vector<json> InformerClusterReader::nodes() { return informers_.nodes->list(); }
+std::optional<json> InformerClusterReader::workload(const std::string& ns, const std::string& kind, const std::string& name) {
+  controller::Informer* i = kind == "StatefulSet" ? informers_.stateful_sets : informers_.deployments;
+  return i == nullptr ? std::nullopt : i->get(kube::object_key(ns, name));
+}
+std::vector<json> InformerClusterReader::workloads(const std::string& ns, const std::string& kind) {
+  controller::Informer* i = kind == "StatefulSet" ? informers_.stateful_sets : informers_.deployments;
+  std::vector<json> out;
+  if (i == nullptr) return out;
+  for (json& w : i->list())
+    if (in_namespace(w, ns)) out.push_back(std::move(w));
+  return out;
+}
+std::vector<json> InformerClusterReader::all_pods() { return informers_.pods->list(); }
 
 }  // namespace qsync::reconciler

@@ -1,6 +1,8 @@
 // File: operator/reconciler/cluster_reader.h
 // Where the reconciler reads the cluster from. The job itself always comes from the API (a fresh
-// resourceVersion for the status write); its children, Nodes and the namespace's ConfigMaps come
+// resourceVersion for the status write); its children, Nodes, the namespace's ConfigMaps, and
+// for borrowing the inference workloads (Deployments, StatefulSets) and every pod (GPU
+// accounting) come
 // from the manager's informer caches in the operator (InformerClusterReader), or straight from
 // the API in tests and tools (ApiClusterReader). A stale cache is safe: child names are
 // deterministic, so a create the cache has not seen yet answers AlreadyExists.
@@ -30,6 +32,11 @@ class ClusterReader {
   virtual std::optional<nlohmann::json> config_map(const std::string& ns, const std::string& name) = 0;
   virtual std::vector<nlohmann::json> config_maps(const std::string& ns) = 0;
   virtual std::vector<nlohmann::json> nodes() = 0;
+  // kind: "Deployment" or "StatefulSet".
+  virtual std::optional<nlohmann::json> workload(const std::string& ns, const std::string& kind, const std::string& name) = 0;
+  virtual std::vector<nlohmann::json> workloads(const std::string& ns, const std::string& kind) = 0;
+  // Every pod the operator watches (all namespaces, or the one it was started for).
+  virtual std::vector<nlohmann::json> all_pods() = 0;
 };
 
 class ApiClusterReader : public ClusterReader {
@@ -41,6 +48,9 @@ class ApiClusterReader : public ClusterReader {
   std::optional<nlohmann::json> config_map(const std::string& ns, const std::string& name) override;
   std::vector<nlohmann::json> config_maps(const std::string& ns) override;
   std::vector<nlohmann::json> nodes() override;
+  std::optional<nlohmann::json> workload(const std::string& ns, const std::string& kind, const std::string& name) override;
+  std::vector<nlohmann::json> workloads(const std::string& ns, const std::string& kind) override;
+  std::vector<nlohmann::json> all_pods() override;
 
  private:
   kube::KubeClient& client_;
@@ -53,6 +63,8 @@ struct ClusterInformers {
   controller::Informer* services = nullptr;
   controller::Informer* config_maps = nullptr;
   controller::Informer* nodes = nullptr;
+  controller::Informer* deployments = nullptr;
+  controller::Informer* stateful_sets = nullptr;
 };
 
 class InformerClusterReader : public ClusterReader {
@@ -64,6 +76,9 @@ class InformerClusterReader : public ClusterReader {
   std::optional<nlohmann::json> config_map(const std::string& ns, const std::string& name) override;
   std::vector<nlohmann::json> config_maps(const std::string& ns) override;
   std::vector<nlohmann::json> nodes() override;
+  std::optional<nlohmann::json> workload(const std::string& ns, const std::string& kind, const std::string& name) override;
+  std::vector<nlohmann::json> workloads(const std::string& ns, const std::string& kind) override;
+  std::vector<nlohmann::json> all_pods() override;
 
  private:
   kube::KubeClient& client_;

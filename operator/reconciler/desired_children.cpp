@@ -44,10 +44,14 @@ std::string master_address(const std::string& job, const std::string& ns) {
   return pod_name(job, 0) + "." + service_name(job) + "." + ns + ".svc";
 }
 
-std::string worker_image(const api::HybridTrainingJob& job, const ChildOptions& options) {
-  if (!options.worker_image.empty() && (job.spec.image.empty() || job.spec.image == crd_default_image()))
-    return options.worker_image;
-  return job.spec.image.empty() ? crd_default_image() : job.spec.image;
+std::string worker_image(const api::HybridTrainingJob& job, const ChildOptions& options, bool gpu_rank) {
+  if (!job.spec.image.empty() && job.spec.image != crd_default_image()) return job.spec.image;
+  if (gpu_rank && !options.gpu_worker_image.empty()) return options.gpu_worker_image;
+  return options.worker_image.empty() ? crd_default_image() : options.worker_image;
+}
+
+bool rank_runs_on_gpu(const DiscoveredRank& rank, const ChildOptions& options) {
+  return is_gpu_device_class(rank.device_class) && !options.gpu_ranks_on_cpu;
 }
 
 json desired_service(const json& job_object, const api::HybridTrainingJob& job, const ChildOptions& options) {
@@ -77,7 +81,8 @@ json desired_plan_config_map(const json& job_object, const api::HybridTrainingJo
   return owned(std::move(cm), job_object);
 }
 
-std::vector<std::string> worker_command(const api::HybridTrainingJob& job, const DiscoveredRank& rank) {
+std::vector<std::string> worker_command(const api::HybridTrainingJob& job, const DiscoveredRank& rank,
+                                        const ChildOptions& options) {
   const api::HybridTrainingJobSpec& s = job.spec;
   WorkerLaunch l;
   l.binary = WORKER_BINARY;
@@ -86,7 +91,7 @@ std::vector<std::string> worker_command(const api::HybridTrainingJob& job, const
   l.data = s.data.volume ? std::string(DATA_MOUNT) + (s.data.volume->path.empty() ? "" : "/" + s.data.volume->path)
                          : s.data.path;
   l.plan_file = std::string(PLAN_MOUNT) + "/rank-" + std::to_string(rank.rank) + ".yaml";
-  if (!is_gpu_device_class(rank.device_class)) l.device_class = rank.device_class;
+  if (!is_gpu_device_class(rank.device_class) || rank_runs_on_gpu(rank, options)) l.device_class = rank.device_class;
   l.metrics_port = WORKER_METRICS_PORT;
   l.checkpoint_dir = checkpoint_dir(job);
   l.resume = true;  // harmless without a checkpoint: the worker starts from scratch
@@ -108,6 +113,14 @@ json desired_pod(const json& job_object, const api::HybridTrainingJob& job, cons
                           env_var("MASTER_PORT", std::to_string(options.master_port)),
                           env_var("RANK", std::to_string(rank.rank)), env_var("WORLD_SIZE", std::to_string(world_size)),
                           env_var("QSYNC_JOB", job.name())});
+  const bool on_gpu = rank_runs_on_gpu(rank, options);
+  if (on_gpu) {
+    // The device plugin makes the pod's GPUs visible (NVIDIA_VISIBLE_DEVICES); the worker takes
+    // LOCAL_RANK's of them. The CUDA JIT cache goes to the writable /tmp.
+    env.push_back(env_var("LOCAL_RANK", "0"));
+    env.push_back(env_var("NVIDIA_DRIVER_CAPABILITIES", "compute,utility"));
+    env.push_back(env_var("CUDA_CACHE_PATH", "/tmp/cuda-cache"));
+  }
 
   json resources = json::object();
   if (s.resources) {
@@ -140,8 +153,8 @@ json desired_pod(const json& job_object, const api::HybridTrainingJob& job, cons
   }
 
   json container = {{"name", "worker"},
-                    {"image", worker_image(job, options)},
-                    {"command", worker_command(job, rank)},
+                    {"image", worker_image(job, options, on_gpu)},
+                    {"command", worker_command(job, rank, options)},
                     {"env", env},
                     {"ports", json::array({{{"name", "metrics"}, {"containerPort", WORKER_METRICS_PORT}, {"protocol", "TCP"}},
                                            {{"name", "rendezvous"}, {"containerPort", options.master_port}, {"protocol", "TCP"}}})},

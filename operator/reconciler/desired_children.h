@@ -40,6 +40,8 @@ inline constexpr const char* GPU_RESOURCE = "nvidia.com/gpu";
 
 struct ChildOptions {
   std::string worker_image;  // --worker-image: used when the job keeps the CRD's default image
+  std::string gpu_worker_image;   // --gpu-worker-image: GPU ranks' image in that case ("": worker_image)
+  bool gpu_ranks_on_cpu = false;  // --gpu-ranks-on-cpu: GPU ranks run as the worker's default CPU class
   int master_port = 29500;   // MASTER_PORT and the rendezvous port
 };
 
@@ -48,9 +50,11 @@ std::string plan_config_map_name(const std::string& job);  // <job>-plan
 std::string pod_name(const std::string& job, int64_t rank);  // <job>-worker-<rank>
 // rank 0's DNS name: <job>-worker-0.<job>-workers.<ns>.svc
 std::string master_address(const std::string& job, const std::string& ns);
-// The image the workers run: spec.image, or options.worker_image when spec.image is the CRD's
-// default and a worker image was given.
-std::string worker_image(const api::HybridTrainingJob& job, const ChildOptions& options);
+// The image a rank runs: spec.image, or (when spec.image is the CRD's default) options'
+// gpu_worker_image for a GPU rank, else options.worker_image, when given.
+std::string worker_image(const api::HybridTrainingJob& job, const ChildOptions& options, bool gpu_rank = false);
+// Whether the rank runs on its GPU: a GPU class, unless options.gpu_ranks_on_cpu.
+bool rank_runs_on_gpu(const DiscoveredRank& rank, const ChildOptions& options);
 
 // `job_object` is the job as the API returned it (its apiVersion, kind, name and uid make the
 // owner reference); `job` its parsed form.
@@ -60,7 +64,10 @@ nlohmann::json desired_plan_config_map(const nlohmann::json& job_object, const a
                                        const JobPlan& plan, int64_t attempt);
 nlohmann::json desired_pod(const nlohmann::json& job_object, const api::HybridTrainingJob& job,
                            const DiscoveredRank& rank, int64_t world_size, int64_t attempt, const ChildOptions& options);
-// The qsync-worker command line of a rank (desired_pod's container command).
-std::vector<std::string> worker_command(const api::HybridTrainingJob& job, const DiscoveredRank& rank);
+// The qsync-worker command line of a rank (desired_pod's container command): --device-class is
+// the rank's class, GPU classes included (the worker checks its GPU against it at start), except
+// a GPU rank under options.gpu_ranks_on_cpu, which runs as the worker's default CPU class.
+std::vector<std::string> worker_command(const api::HybridTrainingJob& job, const DiscoveredRank& rank,
+                                        const ChildOptions& options = {});
 
 }  // namespace qsync::reconciler

@@ -13,7 +13,8 @@ namespace {
 
 using nlohmann::json;
 
-// Jobs whose Planned condition is not True and that are not finished: a Node change may let them plan.
+// Jobs not finished whose Planned condition is not True, or that are elastic: a Node change may
+// let them plan, or change their pool.
 std::vector<std::string> unplanned_job_keys(controller::Informer& jobs) {
   std::vector<std::string> keys;
   for (const json& j : jobs.list()) {
@@ -26,7 +27,36 @@ std::vector<std::string> unplanned_job_keys(controller::Informer& jobs) {
           finished = true;
       }
     }
-    if (!planned && !finished) keys.push_back(controller::key_of(j));
+    bool elastic = j.value(json::json_pointer("/spec/elasticPolicy"), json()).is_object();
+    for (const json& e : j.value(json::json_pointer("/spec/pool/inference"), json::array()))
+      elastic = elastic || (e.is_object() && e.contains("borrow"));
+    if ((!planned || elastic) && !finished) keys.push_back(controller::key_of(j));
+  }
+  return keys;
+}
+
+// Jobs in the workload's namespace whose borrowing entries name it (by name, or by labels it
+// carries): its replicas and readiness move their lending decisions.
+std::vector<std::string> borrowing_job_keys(controller::Informer& jobs, const json& workload) {
+  std::vector<std::string> keys;
+  const std::string ns = workload["metadata"].value("namespace", ""), name = workload["metadata"].value("name", "");
+  const std::string kind = workload.value("kind", "Deployment");
+  const json labels = workload["metadata"].value("labels", json::object());
+  for (const json& j : jobs.list()) {
+    if (j["metadata"].value("namespace", "") != ns) continue;
+    for (const json& e : j.value(json::json_pointer("/spec/pool/inference"), json::array())) {
+      const json w = e.value(json::json_pointer("/borrow/workload"), json());
+      if (!w.is_object() || w.value("kind", std::string("Deployment")) != kind) continue;
+      bool match = w.value("name", "") == name;
+      if (!match && w.contains("selector") && w["selector"].is_object() && !w["selector"].empty()) {
+        match = true;
+        for (const auto& [k, v] : w["selector"].items()) match = match && labels.contains(k) && labels[k] == v;
+      }
+      if (match) {
+        keys.push_back(controller::key_of(j));
+        break;
+      }
+    }
   }
   return keys;
 }
@@ -41,7 +71,9 @@ JobControllerParts add_job_controller(controller::Manager& manager, kube::KubeCl
   const ClusterInformers informers{.pods = &manager.informer_for(kube::pods_type(), options.namespace_),
                                    .services = &manager.informer_for(kube::services_type(), options.namespace_),
                                    .config_maps = &manager.informer_for(kube::config_maps_type(), options.namespace_),
-                                   .nodes = &manager.informer_for(kube::nodes_type())};
+                                   .nodes = &manager.informer_for(kube::nodes_type()),
+                                   .deployments = &manager.informer_for(kube::deployments_type(), options.namespace_),
+                                   .stateful_sets = &manager.informer_for(kube::stateful_sets_type(), options.namespace_)};
   parts.reader = std::make_unique<InformerClusterReader>(client, informers);
   parts.events = std::make_unique<kube::EventRecorder>(client, "qsync-operator");
   parts.metrics = std::make_unique<JobMetrics>(*manager.metrics().registry());
@@ -67,13 +99,16 @@ JobControllerParts add_job_controller(controller::Manager& manager, kube::KubeCl
   for (controller::Informer* owned : {informers.pods, informers.services, informers.config_maps})
     c.watch_owned(*owned, api::API_VERSION, api::KIND);
   c.watch_mapped(*informers.nodes, [&jobs](const json&) { return unplanned_job_keys(jobs); });
+  for (controller::Informer* workloads : {informers.deployments, informers.stateful_sets})
+    c.watch_mapped(*workloads, [&jobs](const json& w) { return borrowing_job_keys(jobs, w); });
   JobMetrics* metrics = parts.metrics.get();
   auto update_phases = [&jobs, metrics] { metrics->set_jobs_by_phase(jobs.list()); };
   jobs.add_handler({.on_add = [update_phases](const json&) { update_phases(); },
                     .on_update = [update_phases](const json&, const json&) { update_phases(); },
-                    .on_delete = [update_phases, reported](const json& job) {
+                    .on_delete = [update_phases, reported, metrics](const json& job) {
                       update_phases();
                       reported->forget(job["metadata"].value("uid", ""));
+                      metrics->forget_job(job["metadata"].value("namespace", ""), job["metadata"].value("name", ""));
                     }});
   parts.controller = &c;
   return parts;

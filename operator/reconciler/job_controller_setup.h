@@ -1,9 +1,10 @@
 // File: operator/reconciler/job_controller_setup.h
 // Wires the HybridTrainingJob reconciler into a Manager, as qsync-operator runs it: informers
-// for HybridTrainingJobs, Pods, Services and ConfigMaps (one namespace, or all) and Nodes; the
-// controller watching jobs (generation changes only: its own status writes do not requeue),
-// owned Pods, Services and ConfigMaps (to the owner's key), and Nodes (a change requeues every
-// job not yet planned); the job metrics in the manager's registry, with the jobs-by-phase gauge
+// for HybridTrainingJobs, Pods, Services, ConfigMaps, Deployments and StatefulSets (one
+// namespace, or all) and Nodes; the controller watching jobs (generation changes only: its own
+// status writes do not requeue), owned Pods, Services and ConfigMaps (to the owner's key), Nodes
+// (a change requeues every job not yet planned), and Deployments/StatefulSets (to the jobs that
+// borrow from them); the job metrics in the manager's registry, with the jobs-by-phase gauge
 // kept from the jobs' cache; the checkpoint steps reported by pods (checkpoint_report.h) recorded
 // from the pod informer before the controller sees the pod event.
 //

@@ -5,6 +5,11 @@
 //   qsync_operator_jobs_failed_total, qsync_operator_jobs_restarts_total   (counters)
 //   qsync_operator_jobs{phase}                                            (gauge: jobs per phase)
 //   qsync_operator_planning_duration_seconds                              (histogram)
+// and off-peak borrowing (docs/borrowing.md):
+//   qsync_operator_borrowed_devices{namespace,job}      (gauge: GPUs the job borrows now)
+//   qsync_operator_reclaims_total{reason,result}        (counter: result within_grace | missed)
+//   qsync_operator_reclaim_seconds                      (histogram: trigger -> replicas Ready)
+//   qsync_operator_resizes_total{reason}                (counter: PoolGrew, PoolShrank, BelowMinRanks)
 // Thread-safe.
 #pragma once
 
@@ -39,12 +44,20 @@ class JobMetrics {
   // Sets qsync_operator_jobs{phase} from the jobs (status.phase; "" counts as Pending). Phases
   // seen before and now absent read 0.
   void set_jobs_by_phase(const std::vector<nlohmann::json>& jobs);
+  void set_borrowed_devices(const std::string& ns, const std::string& job, double devices);
+  void forget_job(const std::string& ns, const std::string& job);  // its borrowed-devices series goes
+  void reclaim_finished(const std::string& reason, double seconds, bool within_grace);
+  void resized(const std::string& reason);
 
   // Current values (tests).
   double created() const;
   double succeeded() const;
   double failed() const;
   double restarts() const;
+  double borrowed_devices(const std::string& ns, const std::string& job) const;
+  double reclaims(const std::string& reason, bool within_grace) const;
+  double resizes(const std::string& reason) const;
+  uint64_t reclaim_observations() const;
 
  private:
   prometheus::Counter* created_;
@@ -53,8 +66,13 @@ class JobMetrics {
   prometheus::Counter* restarts_;
   prometheus::Family<prometheus::Gauge>* jobs_;
   prometheus::Histogram* planning_;
-  std::mutex mu_;
+  prometheus::Family<prometheus::Gauge>* borrowed_;
+  prometheus::Family<prometheus::Counter>* reclaims_;
+  prometheus::Histogram* reclaim_seconds_;
+  prometheus::Family<prometheus::Counter>* resizes_;
+  mutable std::mutex mu_;
   std::map<std::string, prometheus::Gauge*> phase_gauges_;
+  std::map<std::pair<std::string, std::string>, prometheus::Gauge*> borrowed_gauges_;
 };
 
 }  // namespace qsync::reconciler

@@ -156,13 +156,39 @@ std::string precision_mix(const ModelDesc& model, const RankPlan& plan) {
 }
 
 JobPlan plan_job(const api::HybridTrainingJob& job, const PlanningInputs& inputs) {
+  bool borrows = false;
+  if (inputs.capacity != nullptr)
+    for (const auto& [entry, ranks] : inputs.capacity->borrowed) borrows = borrows || !ranks.empty();
+  if (!borrows) return plan_pool(job, inputs);
+  try {
+    return plan_pool(job, inputs);
+  } catch (const PlanningError& e) {
+    if (e.reason() != "InfeasiblePlan") throw;
+    // The borrowed devices cannot hold their share (memory): plan without them, and say so.
+    PoolCapacity without = *inputs.capacity;
+    for (auto& [entry, ranks] : without.borrowed) ranks.clear();
+    PlanningInputs fallback = inputs;
+    fallback.capacity = &without;
+    JobPlan plan = plan_pool(job, fallback);
+    plan.notes.push_back(std::string("planned without the borrowed devices: with them the plan is infeasible (") + e.what() + ")");
+    return plan;
+  }
+}
+
+JobPlan plan_pool(const api::HybridTrainingJob& job, const PlanningInputs& inputs) {
   JobPlan out;
   try {
-    out.ranks = discover_pool(job.spec.pool, inputs.nodes).ranks;
+    DiscoveredPool pool = discover_pool(job.spec.pool, inputs.nodes, inputs.capacity);
+    out.ranks = std::move(pool.ranks);
+    out.notes = std::move(pool.notes);
   } catch (const PoolDiscoveryError& e) {
     throw PlanningError(e.reason(), e.what(), e.reason() == "NoMatchingNodes");
   }
-  if (out.ranks.empty()) throw PlanningError("NoMatchingNodes", "spec.pool has no ranks: give an entry a count", true);
+  if (out.ranks.empty())
+    throw PlanningError("NoMatchingNodes",
+                        inputs.capacity == nullptr ? "spec.pool has no ranks: give an entry a count"
+                                                   : "the elastic pool offers no ranks now: waiting for nodes or lent GPUs",
+                        inputs.capacity == nullptr);
   const ModelDesc model = job_model(job, inputs.config_maps);
   // How the worker names the model: the zoo name, the file, or where the ConfigMap is mounted.
   const api::ModelSource& source = job.spec.model;
@@ -191,7 +217,7 @@ JobPlan plan_job(const api::HybridTrainingJob& job, const PlanningInputs& inputs
   }
 
   const ConfigMapProfiles measured = profiles_from_config_maps(inputs.config_maps);
-  out.notes = measured.problems;
+  out.notes.insert(out.notes.end(), measured.problems.begin(), measured.problems.end());
   std::vector<std::string> missing;
   std::set<std::pair<std::string, int64_t>> missing_seen;
   for (const DiscoveredRank& r : out.ranks) {

@@ -35,6 +35,7 @@ inline constexpr const char* CALIBRATION_KEY = "stats.json";
 struct PlanningInputs {
   std::vector<nlohmann::json> nodes;
   std::vector<nlohmann::json> config_maps;  // of the job's namespace: profiles, calibration, a model
+  const PoolCapacity* capacity = nullptr;   // an elastic job's pool (pool_discovery.h); null: the spec's
 };
 
 struct JobPlan {
@@ -59,8 +60,12 @@ class PlanningError : public std::runtime_error {
   bool terminal_;
 };
 
-// Throws PlanningError (never anything else for a problem of the job or the cluster).
+// Throws PlanningError (never anything else for a problem of the job or the cluster). With
+// borrowed devices in the capacity whose plan is infeasible (they cannot hold their share of
+// the batch), it plans without them and adds a note.
 JobPlan plan_job(const api::HybridTrainingJob& job, const PlanningInputs& inputs);
+// The same for exactly the pool discovered from the inputs (no fallback).
+JobPlan plan_pool(const api::HybridTrainingJob& job, const PlanningInputs& inputs);
 
 // The job's model: a zoo name, a file, or a ConfigMap key among `config_maps`. Throws PlanningError.
 ModelDesc job_model(const api::HybridTrainingJob& job, const std::vector<nlohmann::json>& config_maps);

@@ -1,35 +1,27 @@
 // File: operator/reconciler/job_reconciler.cpp
-// The HybridTrainingJob reconcile pass (see job_reconciler.h).
+// The HybridTrainingJob reconcile pass (see job_reconciler.h); how a job ends is in
+// job_ending.cpp, the lending and elastic parts in job_lending_pass.cpp and job_elastic_pass.cpp.
 #include "operator/reconciler/job_reconciler.h"
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <map>
+#include <set>
 
 #include "operator/api/group_version.h"
+#include "operator/controller/finalizers.h"
 #include "operator/controller/owner_refs.h"
+#include "operator/reconciler/job_reconcile_pass.h"
 
 namespace qsync::reconciler {
+
 namespace {
 
 using json = nlohmann::json;
 using controller::ReconcileResult;
+using namespace pass;
 
-std::string label(const json& o, const char* key) {
-  const json& labels = o["metadata"].value("labels", json::object());
-  return labels.contains(key) && labels[key].is_string() ? labels[key].get<std::string>() : "";
-}
-std::string name_of(const json& o) { return o["metadata"].value("name", ""); }
-bool terminating(const json& o) { return o["metadata"].contains("deletionTimestamp"); }
-std::string pod_phase(const json& pod) {
-  const std::string phase = pod.contains("status") ? pod["status"].value("phase", "") : "";
-  return phase.empty() ? "Pending" : phase;
-}
-bool owned_by(const json& child, const std::string& uid) {
-  const std::optional<json> ref = controller::controller_reference_of(child);
-  return ref && ref->value("uid", "") == uid;
-}
 // The exit code of the pod's first terminated container, -1 when none says.
 int exit_code_of(const json& pod) {
   if (!pod.contains("status") || !pod["status"].contains("containerStatuses")) return -1;
@@ -38,11 +30,6 @@ int exit_code_of(const json& pod) {
       return c["state"]["terminated"].value("exitCode", -1);
   }
   return -1;
-}
-ReconcileResult requeue_after(std::chrono::milliseconds delay) {
-  ReconcileResult r;
-  r.requeue_after = delay;
-  return r;
 }
 ReconcileResult requeue_with_backoff() {
   ReconcileResult r;
@@ -57,18 +44,15 @@ std::string seconds_text(double s) {
 
 }  // namespace
 
-struct JobReconciler::Pass {
-  json object;
-  api::HybridTrainingJob job;
-  api::HybridTrainingJobStatus old_status, status;
-  std::string ns, name, uid, now;
-  int64_t generation = 0;
-  std::vector<json> pods;  // owned by this job
-};
-
 JobReconciler::JobReconciler(kube::KubeClient& client, ClusterReader& reader, kube::EventRecorder* events,
                              JobMetrics* metrics, ReconcilerOptions options)
     : client_(client), reader_(reader), events_(events), metrics_(metrics), options_(std::move(options)) {}
+
+lending::DemandSource& JobReconciler::demand_source() {
+  if (options_.demand_source != nullptr) return *options_.demand_source;
+  if (!own_demand_source_) own_demand_source_ = std::make_unique<lending::PrometheusDemandSource>();
+  return *own_demand_source_;
+}
 
 double JobReconciler::now() const {
   if (options_.now_seconds) return options_.now_seconds();
@@ -109,28 +93,20 @@ void JobReconciler::write_status(Pass& p) {
   p.old_status = p.status;
 }
 
-void JobReconciler::mark_finished(Pass& p, const char* type, const std::string& reason, const std::string& message) {
-  api::set_condition(p.status.conditions, type, api::CONDITION_TRUE, reason, message, p.generation, p.now);
-  for (const char* other : {api::CONDITION_RUNNING, api::CONDITION_RESTARTING})
-    if (api::find_condition(p.status.conditions, other) != nullptr)
-      api::set_condition(p.status.conditions, other, api::CONDITION_FALSE, reason, message, p.generation, p.now);
-  p.status.phase = std::string(type) == api::CONDITION_SUCCEEDED ? api::PHASE_SUCCEEDED : api::PHASE_FAILED;
-  p.status.message = message;
-  if (p.status.completion_time.empty()) p.status.completion_time = p.now;
-  record(p, std::string(type) == api::CONDITION_SUCCEEDED ? "Normal" : "Warning", reason, message);
-}
-
 ReconcileResult JobReconciler::reconcile(const std::string& key) {
   Pass p;
   std::tie(p.ns, p.name) = kube::split_object_key(key);
   const std::optional<json> object = reader_.job(p.ns, p.name);
-  if (!object || terminating(*object)) return {};  // gone or going: the garbage collector takes the children
+  if (!object) return {};
+  if (terminating(*object)) return finalize(*object);  // going: the garbage collector takes the children
   p.object = *object;
   p.uid = p.object["metadata"].value("uid", "");
   p.generation = p.object["metadata"].value("generation", int64_t(0));
   p.now = kube::kube_time_format(std::floor(now()));
   try {
     p.job = api::hybrid_training_job_from_json(p.object);
+    p.sources = borrow_sources(p.job.spec);  // cron windows, time zones: refused before any work
+    p.bounds = elastic_bounds(p.job.spec);
   } catch (const std::invalid_argument& e) {
     // An invalid spec the schema let through: fail it once, with the parser's message.
     try {
@@ -153,13 +129,19 @@ ReconcileResult JobReconciler::reconcile(const std::string& key) {
   if (options_.reported_checkpoints != nullptr)
     p.status.last_checkpoint_step = std::max(p.status.last_checkpoint_step, options_.reported_checkpoints->step_for(p.uid));
 
+  if (!p.sources.empty() && !api::is_finished(p.status.conditions) &&
+      controller::add_finalizer(p.object, RETURN_BORROWED_FINALIZER))
+    p.object = client_.update(hybrid_training_jobs_type(), p.object);  // before anything is borrowed
   if (api::is_finished(p.status.conditions)) {
     if (p.status.last_checkpoint_step != p.old_status.last_checkpoint_step) write_status(p);  // a late report
     return finish(p);
   }
   const std::string& manager = p.job.spec.run_policy.managed_by;
   if (!manager.empty() && manager != api::OPERATOR_MANAGER) return {};
-  if (p.job.spec.run_policy.suspend) return suspend(p);
+  if (p.job.spec.run_policy.suspend) {
+    if (!p.sources.empty()) return_borrowed(p, "the job is suspended");
+    return suspend(p);
+  }
   if (api::is_true(p.status.conditions, api::CONDITION_SUSPENDED)) {
     api::set_condition(p.status.conditions, api::CONDITION_SUSPENDED, api::CONDITION_FALSE, "Resumed",
                        "resumed: the workers restart from the last checkpoint", p.generation, p.now);
@@ -175,105 +157,104 @@ ReconcileResult JobReconciler::reconcile(const std::string& key) {
   return run_active(p);
 }
 
-ReconcileResult JobReconciler::suspend(Pass& p) {
-  int stopped = 0;
-  for (const json& pod : p.pods)
-    if (!terminating(pod)) {
-      delete_quietly(kube::pods_type(), p.ns, name_of(pod));
-      ++stopped;
-    }
-  const std::string message = "suspended (spec.runPolicy.suspend): the worker pods were stopped after checkpointing on "
-                              "SIGTERM; set suspend to false to resume from the checkpoint";
-  const bool newly = !api::is_true(p.status.conditions, api::CONDITION_SUSPENDED);
-  api::set_condition(p.status.conditions, api::CONDITION_SUSPENDED, api::CONDITION_TRUE, "Suspended", message,
-                     p.generation, p.now);
-  for (const char* other : {api::CONDITION_RUNNING, api::CONDITION_RESTARTING, api::CONDITION_CREATED})
-    if (api::find_condition(p.status.conditions, other) != nullptr)
-      api::set_condition(p.status.conditions, other, api::CONDITION_FALSE, "Suspended", message, p.generation, p.now);
-  p.status.phase = api::PHASE_SUSPENDED;
-  p.status.message = message;
-  p.status.start_time = "";  // activeDeadlineSeconds counts again from the resume, as for batch Jobs
-  p.status.replicas = {p.status.plan ? int64_t(p.status.plan->ranks.size()) : 0, 0, 0, 0};
-  if (newly) record(p, "Normal", "Suspended", message + " (" + std::to_string(stopped) + " pods stopped)");
+ReconcileResult JobReconciler::planning_failed(Pass& p, const PlanningError& e) {
+  api::set_condition(p.status.conditions, api::CONDITION_PLANNED, api::CONDITION_FALSE, e.reason(), e.what(), p.generation,
+                     p.now);
+  if (e.terminal()) {
+    mark_finished(p, api::CONDITION_FAILED, e.reason(), e.what());
+    write_status(p);
+    return finish(p);
+  }
+  p.status.phase = api::PHASE_PENDING;
+  p.status.message = e.what();
+  record(p, "Warning", e.reason(), e.what());
   write_status(p);
-  return {};
+  return requeue_after(options_.waiting_requeue);
 }
 
-ReconcileResult JobReconciler::finish(Pass& p) {
-  const std::string& policy = p.job.spec.run_policy.clean_pod_policy;
-  if (policy != "None") {
-    for (const json& pod : p.pods) {
-      const std::string phase = pod_phase(pod);
-      const bool running = phase != "Succeeded" && phase != "Failed";
-      if (!terminating(pod) && (policy == "All" || running)) delete_quietly(kube::pods_type(), p.ns, name_of(pod));
-    }
+namespace {
+
+// The plan of the ConfigMap when it was made for this generation and attempt.
+bool read_plan(const std::optional<json>& plan_cm, const std::string& uid, int64_t generation, int64_t attempt, JobPlan& plan) {
+  if (!plan_cm || !owned_by(*plan_cm, uid)) return false;
+  const json annotations = (*plan_cm)["metadata"].value("annotations", json::object());
+  if (annotations.value(GENERATION_ANNOTATION, "") != std::to_string(generation) ||
+      annotations.value(ATTEMPT_ANNOTATION, "") != std::to_string(attempt) || !plan_cm->contains("data") ||
+      !(*plan_cm)["data"].contains("plan.json"))
+    return false;
+  try {
+    plan = job_plan_from_json(json::parse((*plan_cm)["data"]["plan.json"].get<std::string>()));
+    return !plan.ranks.empty();
+  } catch (const std::exception&) {
+    return false;  // unreadable: plan again and overwrite it
   }
-  const std::optional<int64_t> ttl = p.job.spec.run_policy.ttl_seconds_after_finished;
-  if (!ttl || p.status.completion_time.empty()) return {};
-  const double remaining = kube::kube_time_parse(p.status.completion_time) + double(*ttl) - now();
-  if (remaining <= 0) {
-    delete_quietly(hybrid_training_jobs_type(), p.ns, p.name);
-    return {};
-  }
-  return requeue_after(std::chrono::milliseconds(int64_t(std::ceil(remaining * 1000))));
 }
+
+}  // namespace
 
 ReconcileResult JobReconciler::run_active(Pass& p) {
-  const int64_t attempt = p.status.restarts;
-  // The plan: reused while it was made for this generation and attempt.
-  JobPlan plan;
-  bool planned = false;
+  // The plan: reused while it was made for this generation and attempt (restarts + resizes).
+  ElasticStep step;
   const std::string plan_name = plan_config_map_name(p.name);
   const std::optional<json> plan_cm = reader_.config_map(p.ns, plan_name);
-  if (plan_cm && owned_by(*plan_cm, p.uid)) {
-    const json annotations = (*plan_cm)["metadata"].value("annotations", json::object());
-    if (annotations.value(GENERATION_ANNOTATION, "") == std::to_string(p.generation) &&
-        annotations.value(ATTEMPT_ANNOTATION, "") == std::to_string(attempt) && plan_cm->contains("data") &&
-        (*plan_cm)["data"].contains("plan.json")) {
-      try {
-        plan = job_plan_from_json(json::parse((*plan_cm)["data"]["plan.json"].get<std::string>()));
-        planned = !plan.ranks.empty();
-      } catch (const std::exception&) {
-        planned = false;  // unreadable: plan again and overwrite it
-      }
+  step.planned = read_plan(plan_cm, p.uid, p.generation, p.status.restarts + p.status.resizes, step.plan);
+  if (p.bounds.elastic) {
+    p.nodes = reader_.nodes();
+    try {
+      if (std::optional<ReconcileResult> done = elastic_pool(p, step)) return *done;
+    } catch (const PlanningError& e) {
+      return planning_failed(p, e);
     }
   }
-  if (!planned) {
+  const int64_t attempt = p.status.restarts + p.status.resizes;
+  if (!step.planned) {
     const auto start = std::chrono::steady_clock::now();
     try {
-      plan = plan_job(p.job, {.nodes = reader_.nodes(), .config_maps = reader_.config_maps(p.ns)});
+      step.plan = step.plan_for_offer ? *step.plan_for_offer
+                                      : plan_job(p.job, {.nodes = p.bounds.elastic ? p.nodes : reader_.nodes(),
+                                                         .config_maps = reader_.config_maps(p.ns),
+                                                         .capacity = p.bounds.elastic ? &step.capacity : nullptr});
     } catch (const PlanningError& e) {
-      api::set_condition(p.status.conditions, api::CONDITION_PLANNED, api::CONDITION_FALSE, e.reason(), e.what(),
-                         p.generation, p.now);
-      if (e.terminal()) {
-        mark_finished(p, api::CONDITION_FAILED, e.reason(), e.what());
-        write_status(p);
-        return finish(p);
-      }
-      p.status.phase = api::PHASE_PENDING;
-      p.status.message = e.what();
-      record(p, "Warning", e.reason(), e.what());
-      write_status(p);
-      return requeue_after(options_.waiting_requeue);
+      return planning_failed(p, e);
     }
     if (metrics_ != nullptr)
       metrics_->planning_finished(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-    json desired = desired_plan_config_map(p.object, p.job, plan, attempt);
+    json desired = desired_plan_config_map(p.object, p.job, step.plan, attempt);
     if (plan_cm) {
       desired["metadata"]["resourceVersion"] = (*plan_cm)["metadata"].value("resourceVersion", "");
       client_.update(kube::config_maps_type(), desired);  // a Conflict requeues the key
     } else {
       client_.create(kube::config_maps_type(), p.ns, desired);  // AlreadyExists: a stale cache, requeue
     }
-    const std::string message = std::to_string(plan.ranks.size()) + " ranks planned by " + plan.summary.strategy +
-                                ", predicted " + seconds_text(plan.summary.predicted_step_seconds) + " s/step (ConfigMap " +
-                                plan_name + ")";
+    const std::string message = std::to_string(step.plan.ranks.size()) + " ranks planned by " + step.plan.summary.strategy +
+                                ", predicted " + seconds_text(step.plan.summary.predicted_step_seconds) +
+                                " s/step (ConfigMap " + plan_name + ")";
     api::set_condition(p.status.conditions, api::CONDITION_PLANNED, api::CONDITION_TRUE, "PlanReady", message,
                        p.generation, p.now);
-    p.status.plan = plan.summary;
+    p.status.plan = step.plan.summary;
     record(p, "Normal", "Planned", message);
   }
+  if (p.bounds.elastic) note_borrowed(p, step.plan);
+  return run_pods(p, step.plan, attempt, step.note);
+}
+
+void JobReconciler::note_borrowed(Pass& p, const JobPlan& plan) {
+  int64_t total = 0;
+  for (api::LendingStatus& l : p.status.lending) {
+    l.borrowed_devices = 0;
+    for (const DiscoveredRank& r : plan.ranks)
+      if (r.pool_kind == POOL_KIND_INFERENCE && r.entry == l.entry) l.borrowed_devices += std::max<int64_t>(1, r.gpus);
+    total += l.borrowed_devices;
+  }
+  p.status.borrowed_devices = total;
+  if (metrics_ != nullptr) metrics_->set_borrowed_devices(p.ns, p.name, double(total));
+}
+
+ReconcileResult JobReconciler::run_pods(Pass& p, const JobPlan& plan, int64_t attempt, const std::string& note) {
   const int64_t world = int64_t(plan.ranks.size());
+  if (!p.bounds.elastic && metrics_ != nullptr) metrics_->set_borrowed_devices(p.ns, p.name, 0);
+  std::set<std::string> node_names;
+  for (const json& n : p.nodes) node_names.insert(name_of(n));
 
   // The Service, then one Pod per rank of this attempt.
   std::vector<std::string> errors;
@@ -293,7 +274,18 @@ ReconcileResult JobReconciler::run_active(Pass& p) {
       current[rank] = &pod;
     } else {
       ++stale;
-      if (!terminating(pod)) delete_quietly(kube::pods_type(), p.ns, name_of(pod));  // an older attempt, or a rank the plan dropped
+      const std::string node = pod_node(pod);
+      if (p.bounds.elastic && !node.empty() && node_names.count(node) == 0) {
+        // Its node is gone: no kubelet will ever stop it. Remove it now (what the pod garbage
+        // collector does for orphaned pods); the job resumes from the last checkpoint.
+        try {
+          client_.remove_with_grace(kube::pods_type(), p.ns, name_of(pod), 0);
+        } catch (const kube::KubeError& e) {
+          if (!kube::is_not_found(e)) throw;
+        }
+      } else if (!terminating(pod)) {
+        delete_quietly(kube::pods_type(), p.ns, name_of(pod));  // an older attempt, or a rank the plan dropped
+      }
     }
   }
   const bool was_created = api::is_true(p.status.conditions, api::CONDITION_CREATED);
@@ -405,11 +397,13 @@ ReconcileResult JobReconciler::run_active(Pass& p) {
     api::set_exclusive_running(p.status.conditions, api::CONDITION_RUNNING, "AllRanksRunning",
                                "all " + std::to_string(world) + " ranks are running", p.generation, p.now);
     p.status.phase = api::PHASE_RUNNING;
-    p.status.message = "";
+    p.status.message = note;
   } else {
+    const api::Condition* run = api::find_condition(p.status.conditions, api::CONDITION_RUNNING);
     p.status.phase = api::is_true(p.status.conditions, api::CONDITION_RESTARTING) ? api::PHASE_RESTARTING
-                     : api::is_true(p.status.conditions, api::CONDITION_RUNNING) ? api::PHASE_RUNNING
-                                                                                 : api::PHASE_PENDING;
+                     : api::is_true(p.status.conditions, api::CONDITION_RUNNING)   ? api::PHASE_RUNNING
+                     : run != nullptr && run->reason == "Resizing"                  ? api::PHASE_RESIZING
+                                                                                    : api::PHASE_PENDING;
   }
   write_status(p);
   return requeue_after(options_.active_requeue);

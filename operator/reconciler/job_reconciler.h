@@ -13,6 +13,16 @@
 // Created=False with the API's message, plus a Warning Event. It never branches on which event
 // queued the key.
 //
+// Elastic jobs (spec.elasticPolicy, or an inference entry that borrows; docs/borrowing.md):
+// before planning, the lending pass (job_lending_pass.cpp) decides each borrowed workload's
+// replicas from the clock, the demand and its pods, remembers it in status.lending and scales
+// the workload; the elastic pass (job_elastic_pass.cpp) compares the pool offered now with the
+// current plan's placement and waits (below minRanks: Phase Waiting), re-plans, or resizes (a
+// new attempt: status.resizes + 1, the old pods checkpoint on SIGTERM, the new plan's pods
+// resume from that checkpoint). A job that borrows carries the finalizer
+// qsync.dev/return-borrowed: finishing, suspending or deleting it gives the workloads their
+// serving replicas back first.
+//
 //   ApiClusterReader reader(client);
 //   JobReconciler r(client, reader, &events, &metrics, {});
 //   controller.add(... [&](const std::string& key) { return r.reconcile(key); });
@@ -20,15 +30,22 @@
 
 #include <chrono>
 #include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
 #include <string>
 
 #include "operator/controller/controller.h"
 #include "operator/kube/events.h"
 #include "operator/kube/kube_client.h"
+#include "operator/lending/demand_source.h"
 #include "operator/reconciler/checkpoint_report.h"
 #include "operator/reconciler/cluster_reader.h"
 #include "operator/reconciler/desired_children.h"
+#include "operator/reconciler/job_borrowing.h"
 #include "operator/reconciler/job_metrics.h"
+#include "operator/reconciler/job_planning.h"
 
 namespace qsync::reconciler {
 
@@ -42,7 +59,13 @@ struct ReconcilerOptions {
   std::function<double()> now_seconds;
   // Steps reported by pods already gone (fed by the pod informer); null: only the live pods count.
   ReportedCheckpoints* reported_checkpoints = nullptr;
+  // Where borrowing entries' demand samples come from; null: Prometheus over HTTP.
+  lending::DemandSource* demand_source = nullptr;
+  // The Prometheus a borrowing entry queries when it names none (--prometheus-url).
+  std::string prometheus_url;
 };
+
+inline constexpr const char* RETURN_BORROWED_FINALIZER = "qsync.dev/return-borrowed";
 
 class JobReconciler {
  public:
@@ -56,8 +79,27 @@ class JobReconciler {
 
  private:
   struct Pass;
+  // What the elastic pass hands to planning.
+  struct ElasticStep {
+    JobPlan plan;                          // the current attempt's plan (from its ConfigMap)
+    bool planned = false;                  // plan holds it; false: plan now
+    PoolCapacity capacity;                 // what pool discovery places
+    std::optional<JobPlan> plan_for_offer; // a growth's plan, reused for the new attempt
+    std::string note;                      // why the pool is as it is
+  };
   controller::ReconcileResult finish(Pass& p);
+  controller::ReconcileResult finalize(const nlohmann::json& object);
+  controller::ReconcileResult planning_failed(Pass& p, const PlanningError& e);
+  std::optional<controller::ReconcileResult> elastic_pool(Pass& p, ElasticStep& step);
+  PoolCapacity lend(Pass& p);
+  void return_borrowed(Pass& p, const std::string& why);
+  std::optional<nlohmann::json> find_workload(const std::string& ns, const BorrowSource& s, std::string& problem);
+  lending::DemandSource& demand_source();
   controller::ReconcileResult run_active(Pass& p);
+  // The Service and one Pod per rank of `attempt`, then the job's state from its pods.
+  controller::ReconcileResult run_pods(Pass& p, const JobPlan& plan, int64_t attempt, const std::string& note);
+  // status.borrowedDevices and status.lending[].borrowedDevices from the plan's placement.
+  void note_borrowed(Pass& p, const JobPlan& plan);
   controller::ReconcileResult suspend(Pass& p);
   void write_status(Pass& p);
   void mark_finished(Pass& p, const char* type, const std::string& reason, const std::string& message);
@@ -70,6 +112,9 @@ class JobReconciler {
   kube::EventRecorder* events_;
   JobMetrics* metrics_;
   ReconcilerOptions options_;
+  std::unique_ptr<lending::DemandSource> own_demand_source_;
+  std::mutex growth_mu_;
+  std::map<std::string, std::pair<std::string, double>> growth_checks_;  // job uid -> {offered slots, predicted step}
 };
 
 }  // namespace qsync::reconciler

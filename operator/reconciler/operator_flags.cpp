@@ -45,7 +45,10 @@ const char* OPERATOR_USAGE =
     "usage: qsync-operator [--kubeconfig PATH] [--namespace NS] [--leader-elect=true|false]\n"
     "         [--leader-election-namespace NS] [--leader-election-id NAME] [--metrics-port 8080 (-1: off)]\n"
     "         [--health-port 8081 (-1: off)] [--workers 4] [--qps 20] [--burst 30] [--worker-image IMAGE]\n"
-    "         [--master-port 29500]\n";
+    "         [--master-port 29500] [--prometheus-url URL (borrowing entries' demand queries)]\n"
+    "         [--gpu-worker-image IMAGE (GPU ranks; default: --worker-image)]\n"
+    "         [--gpu-ranks-on-cpu=true|false (nodes that only advertise nvidia.com/gpu: GPU ranks run as\n"
+    "          the worker's default CPU class)]\n";
 
 OperatorFlags parse_operator_flags(const std::vector<std::string>& args) {
   OperatorFlags f;
@@ -61,7 +64,10 @@ OperatorFlags parse_operator_flags(const std::vector<std::string>& args) {
       {"--qps", [&](const std::string& v) { f.qps = number_flag("--qps", v); }},
       {"--burst", [&](const std::string& v) { f.burst = int_flag("--burst", v); }},
       {"--worker-image", [&](const std::string& v) { f.worker_image = v; }},
+      {"--gpu-worker-image", [&](const std::string& v) { f.gpu_worker_image = v; }},
+      {"--gpu-ranks-on-cpu", [&](const std::string& v) { f.gpu_ranks_on_cpu = bool_flag("--gpu-ranks-on-cpu", v); }},
       {"--master-port", [&](const std::string& v) { f.master_port = int_flag("--master-port", v); }},
+      {"--prometheus-url", [&](const std::string& v) { f.prometheus_url = v; }},
   };
   for (size_t i = 0; i < args.size(); ++i) {
     std::string flag = args[i], value;
@@ -79,7 +85,7 @@ OperatorFlags parse_operator_flags(const std::vector<std::string>& args) {
     if (it == with_value.end()) throw std::invalid_argument("unknown argument '" + args[i] + "'\n" + OPERATOR_USAGE);
     if (!inline_value) {
       const bool next_is_value = i + 1 < args.size() && args[i + 1].rfind("--", 0) != 0;
-      if (flag == "--leader-elect" && !next_is_value) {
+      if ((flag == "--leader-elect" || flag == "--gpu-ranks-on-cpu") && !next_is_value) {
         value = "true";  // a bare boolean flag
       } else {
         if (i + 1 >= args.size()) throw std::invalid_argument(flag + " needs a value\n" + OPERATOR_USAGE);

@@ -5,7 +5,8 @@
 //   qsync-operator [--kubeconfig PATH] [--namespace NS] [--leader-elect=true|false]
 //                  [--leader-election-namespace NS] [--leader-election-id NAME]
 //                  [--metrics-port 8080] [--health-port 8081] [--workers 4] [--qps 20] [--burst 30]
-//                  [--worker-image IMAGE] [--master-port 29500]
+//                  [--worker-image IMAGE] [--master-port 29500] [--prometheus-url URL]
+//                  [--gpu-worker-image IMAGE] [--gpu-ranks-on-cpu=true|false]
 #pragma once
 
 #include <string>
@@ -25,7 +26,10 @@ struct OperatorFlags {
   double qps = 20;
   int burst = 30;
   std::string worker_image;
+  std::string gpu_worker_image;  // GPU ranks' image (a CUDA build) when the job keeps the default image
+  bool gpu_ranks_on_cpu = false;  // test clusters whose GPU nodes are stand-ins: GPU ranks run on CPUs
   int master_port = 29500;
+  std::string prometheus_url;  // the Prometheus a borrowing entry's demand query goes to by default
   bool help = false;
 };
 

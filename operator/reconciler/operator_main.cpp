@@ -44,7 +44,11 @@ int operator_main(int argc, char** argv) {
   JobControllerOptions job_options;
   job_options.namespace_ = flags.namespace_;
   job_options.workers = flags.workers;
-  job_options.reconciler.children = {.worker_image = flags.worker_image, .master_port = flags.master_port};
+  job_options.reconciler.children = {.worker_image = flags.worker_image,
+                                     .gpu_worker_image = flags.gpu_worker_image,
+                                     .gpu_ranks_on_cpu = flags.gpu_ranks_on_cpu,
+                                     .master_port = flags.master_port};
+  job_options.reconciler.prometheus_url = flags.prometheus_url;
   const JobControllerParts parts = add_job_controller(manager, client, job_options);
 
   manager.shutdown_signal().install_signal_handlers();

@@ -16,11 +16,6 @@ namespace {
 
 using json = nlohmann::json;
 
-std::string lower(std::string s) {
-  for (char& c : s) c = char(std::tolower(static_cast<unsigned char>(c)));
-  return s;
-}
-
 std::string label_of(const json& node, const std::string& key) {
   const json& labels = node["metadata"].value("labels", json::object());
   auto it = labels.find(key);
@@ -84,20 +79,10 @@ std::string class_for(const api::PoolEntry& entry, const json& node, const std::
 }  // namespace
 
 std::string device_class_from_gpu_product(const std::string& product) {
-  // More specific names first; a match must not run on into another digit ("A10" is not "A100").
-  static const std::vector<std::pair<std::string, std::string>> PRODUCTS = {
-      {"h200", "gpu-h200"}, {"h100", "gpu-h100"}, {"a100", "gpu-a100"}, {"v100", "gpu-v100"},
-      {"a10", "gpu-a10"},   {"l4", "gpu-l4"},     {"t4", "gpu-t4"}};
-  const std::string p = lower(product);
-  for (const auto& [needle, cls] : PRODUCTS) {
-    for (size_t at = p.find(needle); at != std::string::npos; at = p.find(needle, at + 1)) {
-      const bool starts = at == 0 || !std::isalnum(static_cast<unsigned char>(p[at - 1]));
-      const size_t end = at + needle.size();
-      const bool ends = end == p.size() || !std::isdigit(static_cast<unsigned char>(p[end]));
-      if (starts && ends) return cls;
-    }
-  }
-  return "";
+  // The device-class table's own product matching (kernels/device_class.h): the worker checks
+  // its GPU against the same names ("A10G" is an A10, "A100" is not).
+  const DeviceClass* c = device_class_for_gpu_product(product);
+  return c != nullptr ? c->name : "";
 }
 
 std::vector<std::string> known_device_classes() {
@@ -122,10 +107,39 @@ bool node_is_schedulable(const json& node) {
   return true;
 }
 
-DiscoveredPool discover_pool(const api::PoolSpec& pool, const std::vector<json>& nodes) {
+namespace {
+
+// A rank of `entry` on `node`.
+DiscoveredRank make_rank(const api::PoolEntry& entry, const json& node, const std::string& path, const char* kind,
+                         int64_t index) {
+  DiscoveredRank r;
+  r.rank = index;
+  r.node = node_name(node);
+  r.device_class = class_for(entry, node, path);
+  r.pool_kind = kind;
+  r.entry = entry.name;
+  r.gpus = entry.gpus_per_rank.value_or(is_gpu_device_class(r.device_class) ? 1 : 0);
+  r.memory_budget_bytes = entry.memory_budget_bytes;
+  if (r.memory_budget_bytes == 0 && !is_gpu_device_class(r.device_class) && node.contains("status")) {
+    const json& alloc = node["status"].value("allocatable", json::object());
+    if (alloc.contains("memory") && alloc["memory"].is_string()) {
+      try {
+        r.memory_budget_bytes = parse_memory_quantity(alloc["memory"].get<std::string>(), "node " + r.node + " allocatable memory");
+      } catch (const std::invalid_argument&) {
+        r.memory_budget_bytes = 0;  // an odd quantity: plan without a memory limit
+      }
+    }
+  }
+  return r;
+}
+
+}  // namespace
+
+DiscoveredPool discover_pool(const api::PoolSpec& pool, const std::vector<json>& nodes, const PoolCapacity* capacity) {
   std::vector<const json*> sorted;
   for (const json& n : nodes) sorted.push_back(&n);
   std::sort(sorted.begin(), sorted.end(), [](const json* a, const json* b) { return node_name(*a) < node_name(*b); });
+  std::map<std::string, int64_t> free = capacity != nullptr ? capacity->free_gpus : std::map<std::string, int64_t>{};
 
   DiscoveredPool out;
   std::set<std::string> used;  // nodes earlier entries placed ranks on
@@ -133,6 +147,17 @@ DiscoveredPool discover_pool(const api::PoolSpec& pool, const std::vector<json>&
     for (size_t e = 0; e < entries.size(); ++e) {
       const api::PoolEntry& entry = entries[e];
       const std::string path = std::string("spec.pool.") + kind + "[" + std::to_string(e) + "] (" + entry.name + ")";
+      if (capacity != nullptr && capacity->borrowed.count(entry.name) != 0) {  // a borrowing entry
+        int64_t placed = 0;
+        for (const json* n : sorted) {
+          auto it = capacity->borrowed.at(entry.name).find(node_name(*n));
+          if (it == capacity->borrowed.at(entry.name).end() || !selector_matches(entry.node_selector, *n)) continue;
+          for (int64_t i = 0; i < it->second && placed < entry.count; ++i, ++placed)
+            out.ranks.push_back(make_rank(entry, *n, path, kind, int64_t(out.ranks.size())));
+          used.insert(node_name(*n));
+        }
+        continue;
+      }
       std::vector<const json*> fresh, shared;
       size_t unschedulable = 0;
       for (const json* n : sorted) {
@@ -145,41 +170,46 @@ DiscoveredPool discover_pool(const api::PoolSpec& pool, const std::vector<json>&
       }
       std::vector<const json*> matching = fresh;
       matching.insert(matching.end(), shared.begin(), shared.end());
-      if (matching.empty())
-        throw PoolDiscoveryError("NoMatchingNodes",
-                                 "no node matches " + path + ": nodeSelector " + selector_text(entry.node_selector) +
-                                     (unschedulable ? " (" + std::to_string(unschedulable) +
-                                                          " matching nodes are cordoned or not Ready)"
-                                                    : std::string("")) +
-                                     ". Label the nodes (kubectl label node NODE KEY=VALUE) or fix the selector");
-      for (int64_t i = 0; i < entry.count; ++i) {
-        const json& node = *matching[size_t(i) % matching.size()];
-        DiscoveredRank r;
-        r.rank = int64_t(out.ranks.size());
-        r.node = node_name(node);
-        r.device_class = class_for(entry, node, path);
-        r.pool_kind = kind;
-        r.entry = entry.name;
-        r.gpus = entry.gpus_per_rank.value_or(is_gpu_device_class(r.device_class) ? 1 : 0);
-        r.memory_budget_bytes = entry.memory_budget_bytes;
-        if (r.memory_budget_bytes == 0 && !is_gpu_device_class(r.device_class) && node.contains("status")) {
-          const json& alloc = node["status"].value("allocatable", json::object());
-          if (alloc.contains("memory") && alloc["memory"].is_string()) {
-            try {
-              r.memory_budget_bytes =
-                  parse_memory_quantity(alloc["memory"].get<std::string>(), "node " + r.node + " allocatable memory");
-            } catch (const std::invalid_argument&) {
-              r.memory_budget_bytes = 0;  // an odd quantity: plan without a memory limit
-            }
-          }
-        }
-        used.insert(r.node);
-        out.ranks.push_back(std::move(r));
+      const std::string no_nodes = "no node matches " + path + ": nodeSelector " + selector_text(entry.node_selector) +
+                                   (unschedulable ? " (" + std::to_string(unschedulable) + " matching nodes are cordoned or not Ready)"
+                                                  : std::string("")) +
+                                   ". Label the nodes (kubectl label node NODE KEY=VALUE) or fix the selector";
+      if (matching.empty()) {
+        if (capacity == nullptr) throw PoolDiscoveryError("NoMatchingNodes", no_nodes);
+        out.notes.push_back(no_nodes);
+        continue;
       }
+      // Round-robin over the nodes; an elastic pool skips nodes whose free GPUs are used up.
+      int64_t placed = 0;
+      for (size_t turn = 0; placed < entry.count;) {
+        bool progress = false;
+        for (size_t k = 0; k < matching.size() && placed < entry.count; ++k, ++turn) {
+          const json& node = *matching[turn % matching.size()];
+          DiscoveredRank r = make_rank(entry, node, path, kind, int64_t(out.ranks.size()));
+          auto gpus = capacity != nullptr ? free.find(r.node) : free.end();
+          if (gpus != free.end() && r.gpus > 0) {
+            if (gpus->second < r.gpus) continue;
+            gpus->second -= r.gpus;
+          }
+          used.insert(r.node);
+          out.ranks.push_back(std::move(r));
+          ++placed;
+          progress = true;
+        }
+        if (!progress) break;
+      }
+      if (placed < entry.count)
+        out.notes.push_back(path + ": " + std::to_string(placed) + " of " + std::to_string(entry.count) +
+                            " ranks (the matching nodes' free nvidia.com/gpu hold no more)");
     }
   };
   place(pool.training, POOL_KIND_TRAINING);
   place(pool.inference, POOL_KIND_INFERENCE);
+  if (capacity != nullptr && capacity->max_ranks > 0 && int64_t(out.ranks.size()) > capacity->max_ranks) {
+    out.notes.push_back("the pool offers " + std::to_string(out.ranks.size()) + " ranks; spec.elasticPolicy.maxRanks keeps " +
+                        std::to_string(capacity->max_ranks));
+    out.ranks.resize(size_t(capacity->max_ranks));
+  }
   return out;
 }
 

@@ -9,11 +9,18 @@
 // entry's memoryBudget, else the node's allocatable memory on CPU classes (GPU classes: 0 here,
 // the planner takes the device's memory from its estimate).
 //
+// An elastic job's pool (PoolCapacity) bends instead of failing: an entry no node matches gives
+// no ranks, a node that advertises nvidia.com/gpu takes only the ranks its free GPUs hold (its
+// GPUs minus what other pods request), a borrowing entry places exactly the ranks its lent GPUs
+// give it (operator/lending/borrow_plan.h) and no more, and the pool is cut to maxRanks from
+// the end (borrowed ranks go first).
+//
 //   const DiscoveredPool pool = discover_pool(job.spec.pool, node_objects);
 //   pool.ranks[1].node, pool.ranks[1].device_class, pool.ranks[1].pool_kind
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -42,6 +49,16 @@ struct DiscoveredRank {
 
 struct DiscoveredPool {
   std::vector<DiscoveredRank> ranks;
+  std::vector<std::string> notes;  // elastic: entries that gave fewer ranks than their count, and why
+};
+
+// How an elastic pool is bounded (null: the fixed pool of the spec).
+struct PoolCapacity {
+  // node -> GPUs free of other pods (lending::free_gpus); nodes absent here are not counted.
+  std::map<std::string, int64_t> free_gpus;
+  // Borrowing entries by name: node -> the ranks its lent GPUs give (an empty map: none now).
+  std::map<std::string, std::map<std::string, int64_t>> borrowed;
+  int64_t max_ranks = 0;  // 0: no cap
 };
 
 // Why a pool cannot be discovered. reason: "NoMatchingNodes" (nothing fits an entry's
@@ -57,7 +74,8 @@ class PoolDiscoveryError : public std::runtime_error {
 };
 
 // Throws PoolDiscoveryError naming the entry and its selector, or the node and the known classes.
-DiscoveredPool discover_pool(const api::PoolSpec& pool, const std::vector<nlohmann::json>& nodes);
+DiscoveredPool discover_pool(const api::PoolSpec& pool, const std::vector<nlohmann::json>& nodes,
+                             const PoolCapacity* capacity = nullptr);
 
 // The device class of an nvidia.com/gpu.product value (substring match, case-insensitive);
 // "" when no known GPU matches.

@@ -42,6 +42,10 @@ OPERATOR_METRICS = {
     "qsync_operator_jobs_restarts_total": ("counter", set()),
     "qsync_operator_jobs": ("gauge", {"phase"}),
     "qsync_operator_planning_duration_seconds": (HISTOGRAM, set()),
+    "qsync_operator_borrowed_devices": ("gauge", {"namespace", "job"}),
+    "qsync_operator_reclaims_total": ("counter", {"reason", "result"}),
+    "qsync_operator_reclaim_seconds": (HISTOGRAM, set()),
+    "qsync_operator_resizes_total": ("counter", {"reason"}),
 }
 KNOWN_METRICS = {**WORKER_METRICS, **OPERATOR_METRICS}
 

@@ -24,6 +24,7 @@ NON_DEFAULT_VALUES = {
     "workers": 8,
     "api": {"qps": 50, "burst": 100},
     "workerImage": "registry.example/qsync-worker:1.2.3",
+    "gpuWorkerImage": "registry.example/qsync-worker-cuda:1.2.3",
     "image": {"repository": "registry.example/qsync-operator", "tag": "1.2.3", "pullPolicy": "Always"},
     "serviceAccount": {"name": "trainer-operator", "annotations": {"team": "ml"}},
     "grafana": {"dashboard": {"namespace": "monitoring", "labels": {"grafana_dashboard": "1",
@@ -230,7 +231,8 @@ class NonDefaultRenderTest(unittest.TestCase):
         self.assertEqual(parse_args(container["args"]), {
             "--namespace": "ml-team", "--leader-elect": "false",
             "--metrics-port": "9090", "--health-port": "9091", "--workers": "8",
-            "--qps": "50", "--burst": "100", "--worker-image": "registry.example/qsync-worker:1.2.3"})
+            "--qps": "50", "--burst": "100", "--worker-image": "registry.example/qsync-worker:1.2.3",
+            "--gpu-worker-image": "registry.example/qsync-worker-cuda:1.2.3"})
         self.assertEqual(deployment["spec"]["template"]["spec"]["serviceAccountName"], "trainer-operator")
         account = one_object(self.objects, "ServiceAccount", "trainer-operator")
         self.assertEqual(account["metadata"]["annotations"], {"team": "ml"})

@@ -1,7 +1,8 @@
 # File: tests/charts/test_dashboard.py
 # The Grafana dashboard charts/qsync/dashboards/qsync.json: its structure and variables, that it
-# covers what issue 7 asks for (step time measured vs predicted, samples/s, loss, wait-at-sync
-# share, precision mix, memory, restarts, reconcile rate and errors, jobs by phase, planning),
+# covers what issues 7 and 16 ask for (step time measured vs predicted, samples/s, loss, wait-at-sync
+# share, precision mix, memory, restarts, reconcile rate and errors, jobs by phase, planning;
+# borrowed GPUs, reclaims and their latency, elastic resizes),
 # that every query names only metrics and labels QSync exports, and that every query parses
 # (promtool check rules; skipped where the Debian prometheus package is not installed).
 import os
@@ -76,6 +77,10 @@ class DashboardStructureTest(unittest.TestCase):
             "reconcile errors": r"controller_runtime_reconcile_errors_total",
             "jobs by phase": r"by \(phase\) \(qsync_operator_jobs\)",
             "planning duration": r"qsync_operator_planning_duration_seconds_bucket",
+            "borrowed GPUs": r"qsync_operator_borrowed_devices",
+            "reclaims": r"qsync_operator_reclaims_total",
+            "reclaim latency": r"qsync_operator_reclaim_seconds_bucket",
+            "resizes": r"qsync_operator_resizes_total",
         }
         for what, pattern in wanted.items():
             self.assertRegex(exprs, pattern, f"no panel shows {what}")

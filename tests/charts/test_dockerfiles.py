@@ -1,6 +1,6 @@
 # File: tests/charts/test_dockerfiles.py
-# The container images docker/operator.Dockerfile and docker/worker.Dockerfile, without docker:
-# both stages are Debian bookworm, the build stage installs the packages of
+# The container images docker/operator.Dockerfile, docker/worker.Dockerfile and
+# docker/worker-cuda.Dockerfile (below), without docker: both stages are Debian bookworm, the build stage installs the packages of
 # scripts/install-deps.sh by running it, every runtime package exists in Debian bookworm
 # (apt-cache), the copied binary is one the build defines (qsync_cc_binary) and builds, the
 # runtime packages provide every shared library the built binary needs (readelf + dpkg), and the
@@ -34,12 +34,28 @@ def parse_dockerfile(path):
             continue
         keyword, _, args = line.partition(" ")
         keyword = keyword.upper()
+        if keyword == "ARG" and not stages:
+            continue  # a build argument FROM may use (see build_args)
         if keyword == "FROM":
             words = args.split()
             stages.append({"from": words[0], "as": words[2] if len(words) > 2 else None, "instructions": []})
         else:
             stages[-1]["instructions"].append((keyword, args.strip()))
     return stages
+
+
+def build_args(path):
+    """{name: default} of the ARGs before the first FROM."""
+    args = {}
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            line = line.strip()
+            if line.upper().startswith("FROM "):
+                break
+            if line.upper().startswith("ARG "):
+                name, _, default = line[4:].partition("=")
+                args[name.strip()] = default.strip().strip('"')
+    return args
 
 
 def apt_installed_packages(run_args):
@@ -150,8 +166,8 @@ class DockerfileTest(unittest.TestCase):
         for library, library_path in needed_libraries(binary).items():
             package = owning_package(library_path)
             if package is None:
-                # CUDA libraries (/usr/local/cuda) come with a CUDA build; the image builds with CUDA off.
-                self.assertRegex(library, r"^lib(cuda|cudart|cublas|cublasLt|nvrtc)\b",
+                # CUDA's libraries (cuBLASLt, cuDNN, NCCL) come with a CUDA build; the image builds with CUDA off.
+                self.assertRegex(library, r"^lib(cuda|cudart|cublas|cublasLt|nvrtc|cudnn|nccl)\b",
                                  f"{binary_name} needs {library}, which no Debian package ships")
                 continue
             self.assertIn(package, closure, f"{binary_name} needs {library} from {package}, which the "
@@ -162,6 +178,59 @@ class DockerfileTest(unittest.TestCase):
 
     def test_worker_image(self):
         self.check_image("worker", IMAGES["worker"])
+
+    def test_worker_cuda_image(self):
+        """docker/worker-cuda.Dockerfile: CUDA's libraries from an NVIDIA image named by a build
+        argument, the worker built with CUDA for the GPU classes' architectures (none below sm75:
+        CUDA 13 cannot build for the V100) on Debian bookworm, and every library the CUDA build of
+        qsync-worker needs either from the runtime stage's Debian packages or copied from CUDA."""
+        path = os.path.join(REPO_ROOT, "docker", "worker-cuda.Dockerfile")
+        args = build_args(path)
+        self.assertRegex(args.get("CUDA_IMAGE", ""), r"^nvidia/cuda:13\.[0-9.]+-cudnn-devel-ubuntu22\.04$",
+                         "CUDA 13 with cuDNN on a glibc no newer than bookworm's")
+        archs = [int(a) for a in args.get("CUDA_ARCHITECTURES", "").split(";")]
+        self.assertGreaterEqual(min(archs), 75)
+        self.assertTrue({75, 80, 86, 89, 90} <= set(archs), archs)
+        stages = parse_dockerfile(path)
+        self.assertEqual([st["as"] for st in stages], ["cuda", "build", None])
+        cuda, build, runtime = stages
+        self.assertEqual(cuda["from"], "${CUDA_IMAGE}")
+        self.assertEqual(build["from"], "debian:bookworm")
+        self.assertEqual(runtime["from"], "debian:bookworm-slim")
+        build_runs = " && ".join(a for k, a in build["instructions"] if k == "RUN")
+        self.assertIn("/src/scripts/install-deps.sh", build_runs)
+        self.assertIn("-DQSYNC_ENABLE_CUDA=ON", build_runs)
+        self.assertRegex(build_runs, r"--target qsync-worker\b")
+        copies = [a for k, a in runtime["instructions"] if k == "COPY"]
+        self.assertIn("--from=build /src/build/bin/qsync-worker /usr/local/bin/qsync-worker", copies)
+        env = " ".join(a for k, a in runtime["instructions"] if k == "ENV")
+        self.assertIn("NVIDIA_DRIVER_CAPABILITIES=compute", env)
+        self.assertIn("LD_LIBRARY_PATH=/opt/cuda/lib", env)
+        self.assertEqual([a for k, a in runtime["instructions"] if k == "USER"], ["65532:65532"])
+        self.assertEqual([k for k, _ in runtime["instructions"]][-1], "ENTRYPOINT")
+
+        packages = [p for k, a in runtime["instructions"] if k == "RUN" for p in apt_installed_packages(a)]
+        shown = subprocess.run(["apt-cache", "show", "--no-all-versions", *packages], capture_output=True, text=True)
+        found = set(re.findall(r"^Package: (\S+)$", shown.stdout, re.MULTILINE))
+        self.assertEqual(sorted(set(packages) - found), [], "not Debian bookworm packages")
+
+        binary = os.path.join(BIN_DIR, "qsync-worker")
+        if not os.path.isfile(binary):
+            self.skipTest(f"{binary} is not built")
+        libraries = needed_libraries(binary)
+        if not any(name.startswith("libcudart") for name in libraries):
+            self.skipTest(f"{binary} is a build without CUDA")
+        copied = " ".join(copies)
+        closure = dependency_closure(frozenset(packages)) | dependency_closure(frozenset(["base-files", "apt"]))
+        for library, library_path in libraries.items():
+            package = owning_package(library_path)
+            if package is not None:
+                self.assertIn(package, closure, f"qsync-worker needs {library} from {package}, which the runtime "
+                                                "stage of docker/worker-cuda.Dockerfile does not install")
+            elif re.match(r"^lib(cudnn|nccl)", library):
+                self.assertIn("--from=cuda /opt/cuda-extra/lib/ /opt/cuda/lib/", copies, library)
+            else:
+                self.assertIn(library, copied, f"qsync-worker needs {library}, which the runtime stage does not copy")
 
     def test_parser_reads_apt_installs(self):
         self.assertEqual(apt_installed_packages("apt-get update && apt-get install -y --no-install-recommends "

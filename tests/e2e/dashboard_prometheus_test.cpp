@@ -156,7 +156,8 @@ TEST(DashboardPrometheus, EveryPanelQueryReturnsDataForALiveRun) {
   test::SpawnOptions op;
   op.args = {QSYNC_OPERATOR_BIN, "--kubeconfig", api.write_kubeconfig(dir.file("kubeconfig")), "--leader-elect=true",
              "--leader-election-namespace", "default", "--metrics-port", std::to_string(operator_metrics_port),
-             "--health-port", std::to_string(test::free_tcp_port())};
+             "--health-port", std::to_string(test::free_tcp_port()),
+             "--gpu-ranks-on-cpu"};  // the test nodes' nvidia.com/gpu are stand-ins: GPU ranks run on CPUs
   op.stdout_path = dir.file("operator.out");
   op.stderr_path = dir.file("operator.err");
   test::Process operator_process(op);

@@ -35,8 +35,10 @@ LocalKubeCluster::LocalKubeCluster(const TempDir& dir, KubeClusterOptions option
   spawn.args = {options_.server_bin,   "--kubelet",         "--kubelet-bin-dir", options_.bin_dir,
                 "--kubelet-root-dir",  kubelet_root_,       "--kubelet-log-dir", kubelet_logs_,
                 "--write-kubeconfig",  kubeconfig_};
+  if (options_.controllers) spawn.args.push_back("--controllers");
   spawn.stdout_path = dir_.file("server.out");
   spawn.stderr_path = dir_.file("server.err");
+  spawn.alarm_seconds = options_.alarm_seconds;
   server_ = std::make_unique<Process>(spawn);
   if (!poll_until([&] { return fs::exists(kubeconfig_) || !server_->running(); }, 20s) || !fs::exists(kubeconfig_))
     throw std::runtime_error("qsync-kube-test-server did not write its kubeconfig: " + server_log());
@@ -74,16 +76,31 @@ std::string LocalKubeCluster::jsonpath(const std::vector<std::string>& what, con
   return r.code == 0 ? r.out : "";
 }
 
-void LocalKubeCluster::start_operator(int master_port) {
+int LocalKubeCluster::reserve_operator_metrics_port() {
+  if (operator_metrics_port_ == 0) operator_metrics_port_ = free_tcp_port();
+  return operator_metrics_port_;
+}
+
+int LocalKubeCluster::server_port() const {
+  const std::string out = read_text(dir_.file("server.out"));
+  const size_t colon = out.rfind(':', out.find('\n'));
+  return colon == std::string::npos ? 0 : std::atoi(out.c_str() + colon + 1);
+}
+
+void LocalKubeCluster::start_operator(int master_port, const std::vector<std::string>& extra_args) {
   if (operator_running()) throw std::runtime_error("start_operator: qsync-operator is already running");
   const int n = operator_runs_++;
+  reserve_operator_metrics_port();
   SpawnOptions spawn;
   spawn.args = {options_.operator_bin,
                 "--kubeconfig", kubeconfig_,
                 "--leader-elect=false",
-                "--metrics-port", std::to_string(free_tcp_port()),
+                "--metrics-port", std::to_string(operator_metrics_port_),
                 "--health-port", std::to_string(free_tcp_port()),
-                "--master-port", std::to_string(master_port)};
+                "--master-port", std::to_string(master_port),
+                "--gpu-ranks-on-cpu"};  // the test nodes' nvidia.com/gpu are stand-ins: GPU ranks run on CPUs
+  spawn.args.insert(spawn.args.end(), extra_args.begin(), extra_args.end());
+  spawn.alarm_seconds = options_.alarm_seconds;
   spawn.stdout_path = dir_.file("operator-" + std::to_string(n) + ".out");
   spawn.stderr_path = dir_.file("operator-" + std::to_string(n) + ".err");
   operator_ = std::make_unique<Process>(spawn);

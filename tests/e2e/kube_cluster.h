@@ -28,6 +28,11 @@ struct KubeClusterOptions {
   std::string operator_bin;  // qsync-operator
   std::string bin_dir;       // what /usr/local/bin is for the kubelet (qsync-worker lives here)
   std::string kubectl;       // find_kubectl()
+  // qsync-kube-test-server --controllers: Deployments/StatefulSets run their Pods, GPU Pods are
+  // scheduled onto Nodes by free nvidia.com/gpu.
+  bool controllers = false;
+  // The server's and the operator's SIGALRM limit (process.h); longer tests raise it.
+  unsigned alarm_seconds = 120;
 };
 
 struct KubectlResult {
@@ -43,14 +48,20 @@ class LocalKubeCluster {
 
   const std::string& kubeconfig() const { return kubeconfig_; }
   const std::string& kubelet_root() const { return kubelet_root_; }
+  // The server's port on 127.0.0.1 (what it printed first), for direct GETs.
+  int server_port() const;
 
   // kubectl --kubeconfig K ARGS, at most `timeout`.
   KubectlResult kubectl(const std::vector<std::string>& args, std::chrono::seconds timeout = std::chrono::seconds(30));
   // The text of `kubectl get ARGS -o jsonpath=PATH` ("" on failure).
   std::string jsonpath(const std::vector<std::string>& what, const std::string& path);
 
-  // qsync-operator --kubeconfig K --leader-elect=false --master-port P, free metrics/health ports.
-  void start_operator(int master_port);
+  // qsync-operator --kubeconfig K --leader-elect=false --master-port P --gpu-ranks-on-cpu (the
+  // nodes' GPUs are stand-ins), free metrics/health ports, then `extra_args`.
+  void start_operator(int master_port, const std::vector<std::string>& extra_args = {});
+  // The operator's metrics port (the same over restarts: one scrape target), chosen now if it
+  // was not yet, e.g. to give Prometheus the target before the operator starts.
+  int reserve_operator_metrics_port();
   // SIGTERM and wait (SIGKILL after 15 s); returns its exit code.
   std::optional<int> stop_operator();
   bool operator_running();
@@ -69,6 +80,7 @@ class LocalKubeCluster {
   std::unique_ptr<Process> server_;
   std::unique_ptr<Process> operator_;
   int operator_runs_ = 0;
+  int operator_metrics_port_ = 0;
   int kubectl_runs_ = 0;
 };
 

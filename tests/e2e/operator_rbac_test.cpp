@@ -94,7 +94,8 @@ class OperatorRbacTest : public ::testing::Test {
     test::SpawnOptions o;
     o.args = {QSYNC_OPERATOR_BIN, "--kubeconfig", server_->write_kubeconfig(dir_.file("kubeconfig")), "--leader-elect=true",
               "--leader-election-namespace", "default", "--metrics-port", std::to_string(test::free_tcp_port()),
-              "--health-port", std::to_string(test::free_tcp_port()), "--workers", "2"};
+              "--health-port", std::to_string(test::free_tcp_port()), "--workers", "2",
+              "--gpu-ranks-on-cpu"};  // the test nodes' nvidia.com/gpu are stand-ins: GPU ranks run on CPUs
     o.stdout_path = dir_.file("operator.out");
     o.stderr_path = dir_.file("operator.err");
     operator_ = std::make_unique<test::Process>(o);

@@ -109,7 +109,7 @@ Process::Process(const SpawnOptions& options) : options_(options) {
     sigprocmask(SIG_SETMASK, &none, nullptr);
     ::signal(SIGINT, SIG_DFL);
     ::signal(SIGTERM, SIG_DFL);
-    alarm(120);
+    alarm(options_.alarm_seconds);
     execve(argv[0], argv.data(), envp.data());
     _exit(127);
   }

@@ -2,7 +2,7 @@
 // Process helpers for end-to-end tests that run the real binaries (qsync-worker, qsync): spawn
 // with fork+exec (argv, extra environment, stdout/stderr to files, optionally a new process
 // group), wait with a time limit, signal, and read the --log-json progress a worker wrote. Every
-// child gets alarm(120) before exec (SIGALRM survives exec), so a hung child cannot outlive a
+// child gets alarm(120) (SpawnOptions::alarm_seconds) before exec (SIGALRM survives exec), so a hung child cannot outlive a
 // broken test by much; a Process still running at destruction is SIGKILLed and reaped.
 #pragma once
 
@@ -45,6 +45,7 @@ struct SpawnOptions {
   std::vector<std::pair<std::string, std::string>> env;  // added to (or replacing in) ours
   std::string stdout_path, stderr_path;                  // truncated; empty: /dev/null
   bool new_process_group = false;                        // setpgid(0, 0) in the child
+  unsigned alarm_seconds = 120;                          // SIGALRM after this long (0: none)
 };
 
 class Process {

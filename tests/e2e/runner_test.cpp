@@ -188,8 +188,8 @@ TEST(Runner, RefusesAGlobalBatchBelowTheRanksBeforeAnyMeasurement) {
 }
 
 TEST(Runner, RefusesAGpuClassThisMachineLacks) {
-  if (device_class_availability(device_class_by_name("cuda-sm75")).available) GTEST_SKIP() << "this machine has a T4";
-  expect_refused(job_yaml(20, "cpu-avx2", "cuda-sm75"), {"spec.pool.local[1].deviceClass", "GPU class", "operator"});
+  if (device_class_availability(device_class_by_name("gpu-t4")).available) GTEST_SKIP() << "this machine has a T4";
+  expect_refused(job_yaml(20, "cpu-avx2", "gpu-t4"), {"spec.pool.local[1].deviceClass", "GPU class", "operator"});
 }
 
 TEST(Runner, RefusesAJobWithoutAModelNamingTheField) {

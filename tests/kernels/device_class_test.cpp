@@ -22,7 +22,8 @@ int run_in_child(const std::function<bool()>& body) {
 }
 
 TEST(DeviceClass, TableHasTheNamedClasses) {
-  for (const char* n : {"cpu-amx", "cpu-avx512", "cpu-avx2", "cuda-sm75", "cuda-sm80", "cuda-sm90"})
+  for (const char* n : {"cpu-amx", "cpu-avx512", "cpu-avx2", "gpu-t4", "gpu-a10", "gpu-l4", "gpu-v100", "gpu-a100",
+                        "gpu-h100", "gpu-h200"})
     EXPECT_EQ(device_class_by_name(n).name, n);
   try {
     device_class_by_name("tpu-v5");
@@ -48,9 +49,55 @@ TEST(DeviceClass, AvailabilityFollowsTheCpuAndFallsBack) {
 }
 
 TEST(DeviceClass, CudaClassesAreUnavailableWithoutADevice) {
-  const DeviceAvailability av = device_class_availability(device_class_by_name("cuda-sm80"));
-  if (av.available) GTEST_SKIP() << "a CUDA sm80 device is present";
-  EXPECT_NE(av.note.find("cuda-sm80"), std::string::npos);
+  const DeviceAvailability av = device_class_availability(device_class_by_name("gpu-a100"));
+  if (av.available) GTEST_SKIP() << "an A100 is present";
+  EXPECT_NE(av.note.find("gpu-a100"), std::string::npos);
+}
+
+// One naming: GPU classes by product, each with its compute capability; products as CUDA and
+// Kubernetes spell them map to their class (a suffix letter allowed, other digits not).
+TEST(DeviceClass, GpuClassesNameProductsWithTheirComputeCapability) {
+  const std::pair<const char*, int> sm[] = {{"gpu-t4", 75}, {"gpu-a10", 86}, {"gpu-l4", 89}, {"gpu-v100", 70},
+                                            {"gpu-a100", 80}, {"gpu-h100", 90}, {"gpu-h200", 90}};
+  for (const auto& [name, cc] : sm) {
+    EXPECT_EQ(device_class_by_name(name).kind, DeviceKind::CUDA) << name;
+    EXPECT_EQ(device_class_by_name(name).cuda_sm, cc) << name;
+  }
+  const std::pair<const char*, const char*> products[] = {
+      {"Tesla T4", "gpu-t4"},          {"NVIDIA A10G", "gpu-a10"},    {"NVIDIA-A10", "gpu-a10"},
+      {"NVIDIA L4", "gpu-l4"},         {"NVIDIA A100-SXM4-80GB", "gpu-a100"}, {"nvidia-h100-80gb-hbm3", "gpu-h100"},
+      {"NVIDIA H200", "gpu-h200"},     {"Tesla-V100-SXM2-16GB", "gpu-v100"}};
+  for (const auto& [product, name] : products) {
+    const DeviceClass* c = device_class_for_gpu_product(product);
+    ASSERT_NE(c, nullptr) << product;
+    EXPECT_EQ(c->name, name) << product;
+  }
+  EXPECT_EQ(device_class_for_gpu_product("NVIDIA L40S"), nullptr);  // not the L4
+  EXPECT_FALSE(device_class_matches_gpu_product(device_class_by_name("gpu-a10"), "NVIDIA A100-SXM4-80GB"));
+}
+
+// What a GPU class runs natively is the precision table's cuda_native_sm against its compute
+// capability; a class CUDA 13 cannot compile for runs nothing; a GPU class never emulates.
+TEST(DeviceClass, GpuCapabilitiesFollowThePrecisionTable) {
+  auto level = [](const char* cls, Precision p) {
+    for (const PrecisionCapability& c : device_class_capabilities(device_class_by_name(cls)))
+      if (c.precision == p) return c.level;
+    return SupportLevel::UNSUPPORTED;
+  };
+  EXPECT_EQ(level("gpu-t4", Precision::FP16), SupportLevel::NATIVE);
+  EXPECT_EQ(level("gpu-t4", Precision::INT8), SupportLevel::NATIVE);
+  EXPECT_EQ(level("gpu-t4", Precision::BF16), SupportLevel::UNSUPPORTED);
+  EXPECT_EQ(level("gpu-t4", Precision::TF32), SupportLevel::UNSUPPORTED);
+  EXPECT_EQ(level("gpu-a10", Precision::TF32), SupportLevel::NATIVE);
+  EXPECT_EQ(level("gpu-a100", Precision::FP8_E4M3), SupportLevel::UNSUPPORTED);
+  EXPECT_EQ(level("gpu-l4", Precision::FP8_E4M3), SupportLevel::NATIVE);
+  EXPECT_EQ(level("gpu-h200", Precision::FP8_E4M3), SupportLevel::NATIVE);
+  EXPECT_EQ(level("gpu-v100", Precision::FP32), SupportLevel::UNSUPPORTED);
+  for (const DeviceClass& c : device_classes()) {
+    if (c.kind != DeviceKind::CUDA) continue;
+    for (const PrecisionCapability& p : device_class_capabilities(c))
+      EXPECT_NE(p.level, SupportLevel::EMULATED) << c.name << " " << precision_name(p.precision);
+  }
 }
 
 TEST(DeviceClass, ActivationCapsOnednnAndOurKernels) {

@@ -15,6 +15,7 @@
 #include "tests/kube_api_server/object_writes.h"
 #include "tests/kube_api_server/openapi_documents.h"
 #include "tests/kube_api_server/rest_handlers.h"
+#include "tests/kube_api_server/workload_controllers.h"
 
 namespace qsync::kube_test {
 namespace {
@@ -93,6 +94,7 @@ ApiServer::ApiServer(ServerOptions options) : state_(std::make_unique<ApiState>(
         [this](const std::string& ns, const std::string& name, const std::string& uid) {
           std::lock_guard lock(state_->mu);
           finish_pod_termination(*state_, ns, name, uid);
+          run_controllers(*state_);  // the freed GPUs may fit a pending Pod; a controller may replace it
         });
     state_->pod_added = [this](const json& pod) { kubelet_->pod_added(pod); };
     state_->pod_removed = [this](const json& pod) { kubelet_->pod_removed(pod); };
@@ -351,6 +353,7 @@ json ApiServer::put_object(const json& object) {
       with_status["status"] = object["status"];
       stored = update_object(*state_, r, version, ns, name, with_status, WriteTarget::status);
     }
+    run_controllers(*state_);
     return served_object(r, stored, version);
   } catch (const ApiError& e) {
     throw std::runtime_error("put_object " + kind + " " + name + ": " + e.what());
@@ -372,6 +375,7 @@ void ApiServer::write_pod_status(const std::string& ns, const std::string& name,
     json next = *state_->store.get(r.key(), ns, name);
     next["status"] = status;
     update_object(*state_, r, "v1", ns, name, next, WriteTarget::status);
+    run_controllers(*state_);  // readiness moves a workload's status; an exit frees GPUs
   } catch (const ApiError&) {
     // The Pod is being deleted; its status no longer matters.
   }

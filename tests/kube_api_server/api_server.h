@@ -5,7 +5,10 @@
 // paging, watch with bookmarks and 410, finalizers, garbage collection, Tables for kubectl
 // get), with fault injection and a "local kubelet" that runs Pods as processes (their output
 // served at pods/NAME/log, so `kubectl logs` works). Use it
-// in-process (start on port 0, talk to url()) or as the qsync-kube-test-server binary.
+// in-process (start on port 0, talk to url()) or as the qsync-kube-test-server binary. With
+// ServerOptions::controllers, Deployments and StatefulSets run their Pods and Pods that request
+// GPUs are scheduled onto Nodes by their free nvidia.com/gpu (workload_controllers.h,
+// pod_scheduler.h).
 //
 // HTTP admin endpoints (for tests driving the binary):
 //   POST /_test/faults  {"fail": {"verb": "update", "path": "/leases/", "code": 409, "count": 2},

@@ -32,6 +32,7 @@ struct ApiState {
   ResourceRegistry registry;
   uint64_t watch_epoch = 0;         // close_watches() bumps it: open watches end
   bool gc_running = false;
+  bool controllers_running = false;  // workload_controllers.h: re-entry guard
   Faults faults;
   RequestLog request_log;
   RequestSummary request_summary;  // every resource request, by (verb, group, resource)

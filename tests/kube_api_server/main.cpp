@@ -4,9 +4,11 @@
 // and serves until SIGINT or SIGTERM.
 //   qsync-kube-test-server [--host 127.0.0.1] [--port 0] [--history 1000] [--kubelet]
 //                          [--kubelet-log-dir DIR] [--kubelet-bin-dir DIR] [--kubelet-root-dir DIR]
-//                          [--write-kubeconfig PATH]
+//                          [--controllers] [--write-kubeconfig PATH]
 // --kubelet-bin-dir: a Pod's /usr/local/bin/NAME runs DIR/NAME (e.g. build/bin);
-// --kubelet-root-dir: where Pod volumes and persistentVolumeClaims live (see local_kubelet.h).
+// --kubelet-root-dir: where Pod volumes and persistentVolumeClaims live (see local_kubelet.h);
+// --controllers: Deployments and StatefulSets run their Pods, GPU Pods are scheduled onto Nodes
+// (workload_controllers.h, pod_scheduler.h).
 #include <csignal>
 #include <cstdlib>
 #include <iostream>
@@ -19,7 +21,7 @@ namespace {
 void usage(const char* argv0) {
   std::cerr << "usage: " << argv0
             << " [--host H] [--port P] [--history N] [--kubelet] [--kubelet-log-dir DIR] [--kubelet-bin-dir DIR]\n"
-               "       [--kubelet-root-dir DIR] [--write-kubeconfig PATH]\n";
+               "       [--kubelet-root-dir DIR] [--controllers] [--write-kubeconfig PATH]\n";
 }
 
 }  // namespace
@@ -46,6 +48,8 @@ int main(int argc, char** argv) {
       options.history_limit = static_cast<size_t>(std::atol(value().c_str()));
     } else if (arg == "--kubelet") {
       options.local_kubelet = true;
+    } else if (arg == "--controllers") {
+      options.controllers = true;
     } else if (arg == "--kubelet-log-dir") {
       options.kubelet_log_dir = value();
     } else if (arg == "--kubelet-bin-dir") {

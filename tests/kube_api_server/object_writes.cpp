@@ -13,6 +13,7 @@
 #include "tests/kube_api_server/api_error.h"
 #include "tests/kube_api_server/crd_schema.h"
 #include "tests/kube_api_server/deletion.h"
+#include "tests/kube_api_server/pod_scheduler.h"
 
 namespace qsync::kube_test {
 namespace {
@@ -215,7 +216,8 @@ json create_object(ApiState& s, const ApiResource& r, const std::string& version
   if (r.key() == kNamespaceKey) object["status"] = {{"phase", "Active"}};
   object["apiVersion"] = r.api_version(r.storage_version);
   json stored = s.store.put(r.key(), object);
-  if (r.key() == kPodKey && s.pod_added) s.pod_added(stored);
+  // A Pod waiting for the scheduler reaches the kubelet once it is bound (pod_scheduler.h).
+  if (r.key() == kPodKey && s.pod_added && !pod_needs_scheduling(s, stored)) s.pod_added(stored);
   s.changed.notify_all();
   return stored;
 }

@@ -54,6 +54,7 @@ ResourceRegistry::ResourceRegistry() {
            // What a Helm chart installs (generic storage: no controllers run them).
            builtin("", "serviceaccounts", "serviceaccount", "ServiceAccount", true, {"sa"}, false),
            builtin("apps", "deployments", "deployment", "Deployment", true, {"deploy"}, true),
+           builtin("apps", "statefulsets", "statefulset", "StatefulSet", true, {"sts"}, true),
            builtin("rbac.authorization.k8s.io", "clusterroles", "clusterrole", "ClusterRole", false, {}, false),
            builtin("rbac.authorization.k8s.io", "clusterrolebindings", "clusterrolebinding", "ClusterRoleBinding",
                    false, {}, false),
@@ -62,7 +63,9 @@ ResourceRegistry::ResourceRegistry() {
            builtin("apiextensions.k8s.io", "customresourcedefinitions", "customresourcedefinition",
                    "CustomResourceDefinition", false, {"crd", "crds"}, true),
        }) {
-    if (r.plural == "pods" || r.plural == "services" || r.plural == "deployments") r.categories = {"all"};
+    if (r.plural == "pods" || r.plural == "services" || r.plural == "deployments" || r.plural == "statefulsets")
+      r.categories = {"all"};
+    r.scale_subresource = r.plural == "deployments" || r.plural == "statefulsets";
     auto column = [](const char* name, const char* type, const char* path) {
       return json{{"name", name}, {"type", type}, {"jsonPath", path}};
     };
@@ -195,6 +198,15 @@ json ResourceRegistry::api_resource_list(const std::string& group, const std::st
                            {"singularName", ""},
                            {"namespaced", r.namespaced},
                            {"kind", r.kind},
+                           {"verbs", {"get", "patch", "update"}}});
+    }
+    if (r.scale_subresource) {
+      resources.push_back({{"name", r.plural + "/scale"},
+                           {"singularName", ""},
+                           {"namespaced", r.namespaced},
+                           {"group", "autoscaling"},
+                           {"version", "v1"},
+                           {"kind", "Scale"},
                            {"verbs", {"get", "patch", "update"}}});
     }
   }

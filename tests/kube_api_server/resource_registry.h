@@ -1,8 +1,9 @@
 // File: tests/kube_api_server/resource_registry.h
 // The resource types the test API server serves: the built-in ones (Pods, Services, Secrets,
-// ConfigMaps, Events, Nodes, Namespaces, Leases, CustomResourceDefinitions, and what a Helm
-// chart installs: ServiceAccounts, apps/v1 Deployments, rbac.authorization.k8s.io/v1 Roles,
-// ClusterRoles and their bindings, stored as given) and those that
+// ConfigMaps, Events, Nodes, Namespaces, Leases, CustomResourceDefinitions, apps/v1
+// Deployments and StatefulSets (with /scale; workload_controllers.h runs them when the
+// server's controllers are on), and what a Helm chart installs: ServiceAccounts,
+// rbac.authorization.k8s.io/v1 Roles, ClusterRoles and their bindings, stored as given) and those that
 // creating a CustomResourceDefinition registers. It also writes the discovery documents
 // (/api, /apis, /apis/GROUP, /api/v1 and /apis/GROUP/VERSION). Not thread-safe: the server
 // holds its lock around every call.
@@ -26,6 +27,7 @@ struct ApiResource {
   bool namespaced = true;
   std::vector<std::string> short_names, categories;
   bool status_subresource = false;
+  bool scale_subresource = false;  // NAME/scale (autoscaling/v1 Scale): Deployments, StatefulSets
   bool custom = false;                        // registered by a CRD
   std::string crd_name;                       // plural.group for custom resources
   std::map<std::string, nlohmann::json> schemas;          // version -> openAPIV3Schema

@@ -13,6 +13,7 @@
 #include "tests/kube_api_server/deletion.h"
 #include "tests/kube_api_server/object_writes.h"
 #include "tests/kube_api_server/protobuf_body.h"
+#include "tests/kube_api_server/workload_controllers.h"
 #include "tests/kube_api_server/yaml_json.h"
 
 namespace qsync::kube_test {
@@ -234,12 +235,18 @@ HandlerResult handle_resource_request(ApiState& s, const HttpRequest& req, const
     std::unique_lock lock(s.mu);
     const ApiResource* found = s.registry.find(p.group, p.version, p.plural);
     if (found == nullptr || (!found->namespaced && !p.ns.empty()) ||
-        (!p.subresource.empty() && !(p.subresource == "status" && found->status_subresource))) {
+        (!p.subresource.empty() && !(p.subresource == "status" && found->status_subresource) &&
+         !(p.subresource == "scale" && found->scale_subresource))) {
       throw ApiError(404, "NotFound", "the server could not find the requested resource");
     }
     const ApiResource r = *found;  // a copy: a CRD write may re-register the type
     std::string verb = request_verb(req, p);
     HandlerResult result;
+    if (p.subresource == "scale") {
+      result.response = handle_scale(s, r, p, req);
+      if (verb != "get") run_controllers(s);
+      return result;
+    }
     if (verb == "get") {
       const json* object = s.store.get(r.key(), r.namespaced ? p.ns : "", p.name);
       if (object == nullptr) throw not_found_error(resource_label(r), p.name);
@@ -262,6 +269,7 @@ HandlerResult handle_resource_request(ApiState& s, const HttpRequest& req, const
     } else {
       throw ApiError(405, "MethodNotAllowed", req.method + " is not supported on " + req.path);
     }
+    if (verb != "get" && verb != "list" && verb != "watch") run_controllers(s);
     return result;
   } catch (const ApiError& e) {
     return error_result(e);

@@ -16,6 +16,9 @@ struct ServerOptions {
   std::string kubelet_bin_dir;  // /usr/local/bin/NAME runs DIR/NAME when it exists ("": as itself)
   std::string kubelet_root_dir; // Pod volumes and persistentVolumeClaim directories ("": LOG_DIR/volumes)
   size_t request_log_size = 50; // exchanges kept for failure reports
+  // Run the apps/v1 controllers (Deployments and StatefulSets create and delete their Pods and
+  // keep their status) and the GPU scheduler (pod_scheduler.h) after every write.
+  bool controllers = false;
 };
 
 }  // namespace qsync::kube_test

@@ -270,8 +270,9 @@ TEST(EstimatedProfiles, SupportFollowsTheHardware) {
   using LP = LayerPrecision;
   const std::vector<LP> no_bf16 = {LP::FP32, LP::FP16, LP::INT8, LP::INT8_ALL};
   EXPECT_EQ(device_profile_estimate(m, "gpu-t4", 64).precisions(), no_bf16);
-  EXPECT_EQ(device_profile_estimate(m, "v100", 64).precisions(), no_bf16);  // short spelling
-  const std::vector<LP> ampere = {LP::FP32, LP::BF16, LP::FP16, LP::INT8, LP::INT8_ALL};
+  // The V100 (short spelling): CUDA 13 cannot compile for sm70, so it is refused at plan time.
+  expect_error<std::invalid_argument>([&] { device_profile_estimate(m, "v100", 64); }, {"gpu-v100", "CUDA 13"});
+  const std::vector<LP> ampere = {LP::FP32, LP::TF32, LP::BF16, LP::FP16, LP::INT8, LP::INT8_ALL};
   EXPECT_EQ(device_profile_estimate(m, "gpu-a100", 64).precisions(), ampere);
   EXPECT_EQ(device_profile_estimate(m, "gpu-a10", 64).precisions(), ampere);
   for (const char* c : {"gpu-l4", "gpu-h100", "gpu-h200"})

@@ -336,7 +336,7 @@ TEST(ModelDesc, FindLooksUpPathsThenTheZoo) {
   EXPECT_EQ(model_desc_load(custom).source, custom);
 
   expect_error<std::invalid_argument>([] { model_desc_find("resnet-9000"); },
-                                      {"unknown model 'resnet-9000'", "cnn, mlp", "QSYNC_MODEL_ZOO"});
+                                      {"unknown model 'resnet-9000'", "cnn, gpt-768, mlp", "QSYNC_MODEL_ZOO"});
   expect_error<std::invalid_argument>([&] { model_desc_find(dir.file("gone.yaml")); },
                                       {"model file '" + dir.file("gone.yaml") + "' does not exist"});
   expect_error<std::invalid_argument>([&] { model_desc_load(dir.file("gone.yaml")); },

@@ -114,7 +114,7 @@ TEST(PlanFile, ErrorsNameTheFileTheEntryAndTheFix) {
                                        "remove the entry"});
   expect_error<std::invalid_argument>([&] { parse("model: cnn-fmnist\nlayers: {fc1: int4}\n"); },
                                       {"plan.yaml: layer 'fc1': unknown layer precision 'int4'",
-                                       "known: fp32, bf16, fp16, int8, int8-all, fp8"});
+                                       "known: fp32, tf32, bf16, fp16, int8, int8-all, fp8"});
   expect_error<std::invalid_argument>([&] { parse("model: cnn-fmnist\ndefault: fp64\n"); },
                                       {"plan.yaml: default: unknown layer precision 'fp64'"});
   expect_error<std::invalid_argument>([&] { parse("model: mlp-fmnist\nlayers: {fc1: int8}\n"); },

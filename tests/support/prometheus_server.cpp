@@ -76,6 +76,10 @@ std::string config_yaml(const PrometheusServerConfig& c) {
       for (const auto& [k, v] : t.labels) y << "          " << yaml_string(k) << ": " << yaml_string(v) << "\n";
     }
   }
+  if (!c.file_sd_files.empty()) {
+    y << "    file_sd_configs:\n      - refresh_interval: 1s\n        files:\n";
+    for (const std::string& f : c.file_sd_files) y << "          - " << yaml_string(f) << "\n";
+  }
   return y.str();
 }
 

@@ -29,6 +29,9 @@ struct PrometheusTarget {
 
 struct PrometheusServerConfig {
   std::vector<PrometheusTarget> targets;
+  // File-based service discovery: JSON files of [{"targets": ["host:port"], "labels": {...}}],
+  // re-read when they change (for targets that come and go, e.g. a Deployment's pods).
+  std::vector<std::string> file_sd_files;
   std::string job_name = "qsync-test";  // the scrape job
   std::string scrape_interval = "1s";
   // Keep the scraped job label (qsync workers export job=<training job>) instead of renaming it

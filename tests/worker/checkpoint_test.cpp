@@ -107,7 +107,7 @@ struct Saved {
   Optimizer opt{OptimizerConfig{}, model.parameters(), &memory};
   explicit Saved(const std::string& path) {
     fill_random(opt.state(), 3);
-    checkpoint_save(path, model, opt, {4, 0, 4, 1, desc.hash});
+    checkpoint_save(path, model, opt, {4, 0, 4, 1, desc.hash, {}});
   }
 };
 
@@ -124,7 +124,7 @@ TEST(Checkpoint, RoundTripRestoresWeightsOptimizerStateAndMetaExactly) {
     Optimizer opt_a(oc, a.parameters(), &memory);
     fill_random(opt_a.state(), 2);
     opt_a.set_updates_applied(17);
-    const CheckpointMeta meta{12, 2, 5, 99, desc.hash};
+    const CheckpointMeta meta{12, 2, 5, 99, desc.hash, {}};
     const std::string path = checkpoint_path(dir.path.string());
     checkpoint_save(path, a, opt_a, meta);
 

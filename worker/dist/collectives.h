@@ -45,6 +45,8 @@ std::unique_ptr<Collectives> collectives_local();
 std::unique_ptr<Collectives> collectives_gloo(Rendezvous& rv, std::chrono::milliseconds timeout);
 // NCCL (throws when this build has no CUDA or no device is present).
 std::unique_ptr<Collectives> collectives_nccl(Rendezvous& rv, int device);
+// "NCCL 2.28.9" (the library loaded), or why there is none.
+std::string nccl_version_text();
 
 // A process's place in a job: with more than one rank, the rendezvous and Gloo collectives over
 // it (timeout rc.timeout); with one, collectives_local and no rendezvous. The collectives are

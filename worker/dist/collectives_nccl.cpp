@@ -1,9 +1,8 @@
 // File: worker/dist/collectives_nccl.cpp
-// The NCCL backend (built with QSYNC_ENABLE_CUDA). Rank 0 makes the NCCL unique id and shares it
-// through the rendezvous store; every rank then joins one communicator in NCCL's non-blocking mode,
-// so that each operation can be watched against the rendezvous timeout: a peer that dies makes the
-// call abort the communicator and throw CollectiveError instead of hanging. Buffers are device
-// memory on `device`; every call synchronises its stream before returning.
+// NcclCollectives (see collectives_nccl.h): the communicator, the blocking collectives, and the
+// asynchronous bucket sum with its watched wait.
+#include "worker/dist/collectives_nccl.h"
+
 #include <cuda_runtime.h>
 #include <nccl.h>
 
@@ -19,61 +18,98 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-class NcclCollectives : public Collectives {
- public:
-  NcclCollectives(Rendezvous& rv, int device)
-      : rank_(rv.config().rank), world_size_(rv.config().world_size), device_(device),
-        timeout_(rv.config().timeout) {
-    try {
-      connect(rv);
-    } catch (...) {
-      release();
-      throw;
-    }
-  }
+ncclComm_t comm_of(void* c) { return static_cast<ncclComm_t>(c); }
+cudaStream_t stream_of(void* s) { return static_cast<cudaStream_t>(s); }
 
-  ~NcclCollectives() override { release(); }
+}  // namespace
 
-  const char* backend() const override { return "nccl"; }
+NcclCollectives::NcclCollectives(Rendezvous& rv, int device)
+    : rank_(rv.config().rank), world_size_(rv.config().world_size), device_(device), timeout_(rv.config().timeout) {
+  try {
+    connect(rv);
+  } catch (...) {
+    release();
+    throw;
+  }
+}
 
-  int rank() const override { return rank_; }
-  int world_size() const override { return world_size_; }
+NcclCollectives::~NcclCollectives() { release(); }
 
-  void all_reduce_sum(float* data, int64_t count) override {
-    run("all_reduce_sum", count, [&] {
-      return ncclAllReduce(data, data, static_cast<size_t>(count), ncclFloat32, ncclSum, comm_,
-                           stream_);
-    });
+void NcclCollectives::all_reduce_sum(float* data, int64_t count) {
+  run("all_reduce_sum", count, [&] {
+    return ncclAllReduce(data, data, static_cast<size_t>(count), ncclFloat32, ncclSum, comm_of(comm_), stream_of(stream_));
+  });
+}
+void NcclCollectives::all_reduce_sum(double* data, int64_t count) {
+  run("all_reduce_sum", count, [&] {
+    return ncclAllReduce(data, data, static_cast<size_t>(count), ncclFloat64, ncclSum, comm_of(comm_), stream_of(stream_));
+  });
+}
+void NcclCollectives::broadcast(float* data, int64_t count, int root) {
+  if (root < 0 || root >= world_size_) {
+    throw CollectiveError("broadcast root " + std::to_string(root) + " is not a rank: use 0.." +
+                          std::to_string(world_size_ - 1));
   }
-  void all_reduce_sum(double* data, int64_t count) override {
-    run("all_reduce_sum", count, [&] {
-      return ncclAllReduce(data, data, static_cast<size_t>(count), ncclFloat64, ncclSum, comm_,
-                           stream_);
-    });
-  }
-  void broadcast(float* data, int64_t count, int root) override {
-    if (root < 0 || root >= world_size_) {
-      throw CollectiveError("broadcast root " + std::to_string(root) + " is not a rank: use 0.." +
-                            std::to_string(world_size_ - 1));
-    }
-    run("broadcast", count, [&] {
-      return ncclBroadcast(data, data, static_cast<size_t>(count), ncclFloat32, root, comm_,
-                           stream_);
-    });
-  }
-  void all_gather(const uint64_t* in, uint64_t* out, int64_t count) override {
-    run("all_gather", count, [&] {
-      return ncclAllGather(in, out, static_cast<size_t>(count), ncclUint64, comm_, stream_);
-    });
-  }
-  void barrier() override {
-    run("barrier", 1, [&] {
-      return ncclAllReduce(scratch_, scratch_, 1, ncclFloat32, ncclSum, comm_, stream_);
-    });
-  }
+  run("broadcast", count, [&] {
+    return ncclBroadcast(data, data, static_cast<size_t>(count), ncclFloat32, root, comm_of(comm_), stream_of(stream_));
+  });
+}
+void NcclCollectives::all_gather(const uint64_t* in, uint64_t* out, int64_t count) {
+  run("all_gather", count, [&] {
+    return ncclAllGather(in, out, static_cast<size_t>(count), ncclUint64, comm_of(comm_), stream_of(stream_));
+  });
+}
+void NcclCollectives::barrier() {
+  run("barrier", 1, [&] { return ncclAllReduce(scratch_, scratch_, 1, ncclFloat32, ncclSum, comm_of(comm_), stream_of(stream_)); });
+}
 
- private:
-  void connect(Rendezvous& rv) {
+void NcclCollectives::all_reduce_sum_async(float* data, int64_t count, void* ready, void* started, void* done) {
+  if (!failed_.empty() || comm_ == nullptr)
+    throw CollectiveError("nccl all_reduce_sum on " + where() + ": the communicator failed earlier (" + failed_ +
+                          ") and cannot be used again: restart the job from a checkpoint");
+  check_cuda(cudaSetDevice(device_), "cudaSetDevice");
+  if (ready != nullptr) check_cuda(cudaStreamWaitEvent(stream_of(stream_), static_cast<cudaEvent_t>(ready), 0), "cudaStreamWaitEvent");
+  if (started != nullptr) check_cuda(cudaEventRecord(static_cast<cudaEvent_t>(started), stream_of(stream_)), "cudaEventRecord");
+  if (count > 0) {
+    const ncclResult_t r =
+        ncclAllReduce(data, data, static_cast<size_t>(count), ncclFloat32, ncclSum, comm_of(comm_), stream_of(stream_));
+    if (r != ncclSuccess && r != ncclInProgress)
+      fail("all_reduce_sum", ncclGetErrorString(r), r == ncclInvalidUsage || r == ncclInvalidArgument);
+    wait_until_queued("all_reduce_sum");
+  }
+  if (done != nullptr) check_cuda(cudaEventRecord(static_cast<cudaEvent_t>(done), stream_of(stream_)), "cudaEventRecord");
+}
+
+void NcclCollectives::wait_event(void* done, const char* what) {
+  const auto deadline = Clock::now() + timeout_;
+  for (;;) {
+    const cudaError_t e = cudaEventQuery(static_cast<cudaEvent_t>(done));
+    if (e == cudaSuccess) return;
+    if (e != cudaErrorNotReady) fail(what, cudaGetErrorString(e));
+    ncclResult_t state = ncclSuccess;
+    const ncclResult_t r = ncclCommGetAsyncError(comm_of(comm_), &state);
+    if (r != ncclSuccess) fail(what, ncclGetErrorString(r));
+    if (state != ncclSuccess && state != ncclInProgress) fail(what, ncclGetErrorString(state));
+    if (Clock::now() > deadline) fail(what, "timed out after " + format_duration(timeout_));
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+}
+
+// Polls until NCCL has queued the last call (non-blocking communicators may return before).
+void NcclCollectives::wait_until_queued(const char* op) {
+  const auto deadline = Clock::now() + timeout_;
+  for (;;) {
+    ncclResult_t state = ncclSuccess;
+    const ncclResult_t r = ncclCommGetAsyncError(comm_of(comm_), &state);
+    if (r != ncclSuccess) fail(op, ncclGetErrorString(r));
+    if (state == ncclSuccess) return;
+    if (state != ncclInProgress) fail(op, ncclGetErrorString(state), state == ncclInvalidUsage || state == ncclInvalidArgument);
+    if (Clock::now() > deadline) fail(op, "timed out after " + format_duration(timeout_) + " while queueing");
+    std::this_thread::sleep_for(std::chrono::microseconds(20));
+  }
+}
+
+void NcclCollectives::connect(Rendezvous& rv) {
     int devices = 0;
     const cudaError_t e = cudaGetDeviceCount(&devices);
     if (e != cudaSuccess || devices == 0) {
@@ -119,7 +155,7 @@ class NcclCollectives : public Collectives {
     wait_until_done("ncclCommInitRank", false);
   }
 
-  void release() {
+void NcclCollectives::release() {
     if (comm_ != nullptr) {
       cudaSetDevice(device_);
       ncclCommAbort(comm_);  // every operation was synchronised: nothing is left to flush
@@ -131,26 +167,28 @@ class NcclCollectives : public Collectives {
     stream_ = nullptr;
   }
 
-  std::string where() const {
+std::string NcclCollectives::where() const {
     return "rank " + std::to_string(rank_) + " of " + std::to_string(world_size_);
   }
 
-  void check_cuda(cudaError_t e, const char* what) {
+void NcclCollectives::check_cuda(int e_int, const char* what) {
+    const auto e = static_cast<cudaError_t>(e_int);
     if (e != cudaSuccess) {
       throw CollectiveError(std::string("nccl: ") + what + " failed on " + where() + " (device " +
                             std::to_string(device_) + "): " + cudaGetErrorString(e));
     }
   }
 
-  void check_nccl(ncclResult_t r, const char* what) {
+void NcclCollectives::check_nccl(int r_int, const char* what) {
+    const auto r = static_cast<ncclResult_t>(r_int);
     if (r != ncclSuccess) {
       throw CollectiveError(std::string("nccl: ") + what + " failed on " + where() + ": " +
                             ncclGetErrorString(r));
     }
   }
 
-  template <typename F>
-  void run(const char* op, int64_t count, F&& enqueue) {
+template <typename F>
+void NcclCollectives::run(const char* op, int64_t count, F&& enqueue) {
     if (!failed_.empty() || comm_ == nullptr) {
       throw CollectiveError("nccl " + std::string(op) + " on " + where() +
                             ": the communicator failed earlier (" + failed_ +
@@ -171,7 +209,7 @@ class NcclCollectives : public Collectives {
 
   // Polls the communicator (and the stream) until the work is done, an error shows, or the
   // timeout passes; the last two abort the communicator.
-  void wait_until_done(const char* op, bool stream_work) {
+void NcclCollectives::wait_until_done(const char* op, bool stream_work) {
     const auto deadline = Clock::now() + timeout_;
     while (true) {
       ncclResult_t state = ncclSuccess;
@@ -195,7 +233,7 @@ class NcclCollectives : public Collectives {
   }
 
   // `misuse`: NCCL refused how it was called (e.g. two ranks on one GPU), no peer failed.
-  [[noreturn]] void fail(const char* op, const std::string& why, bool misuse = false) {
+[[noreturn]] void NcclCollectives::fail(const char* op, const std::string& why, bool misuse) {
     failed_ = op;
     if (comm_ != nullptr) {
       ncclCommAbort(comm_);
@@ -208,17 +246,12 @@ class NcclCollectives : public Collectives {
                                     "ranks' logs, then restart the job from a checkpoint"));
   }
 
-  int rank_;
-  int world_size_;
-  int device_;
-  std::chrono::milliseconds timeout_;
-  cudaStream_t stream_ = nullptr;
-  float* scratch_ = nullptr;
-  ncclComm_t comm_ = nullptr;
-  std::string failed_;
-};
 
-}  // namespace
+std::string nccl_version_text() {
+  int v = 0;
+  if (ncclGetVersion(&v) != ncclSuccess) return "NCCL (version unknown)";
+  return "NCCL " + std::to_string(v / 10000) + "." + std::to_string(v / 100 % 100) + "." + std::to_string(v % 100);
+}
 
 std::unique_ptr<Collectives> collectives_nccl(Rendezvous& rv, int device) {
   return std::make_unique<NcclCollectives>(rv, device);

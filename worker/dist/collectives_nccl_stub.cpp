@@ -4,6 +4,8 @@
 
 namespace qsync {
 
+std::string nccl_version_text() { return "no NCCL (built without CUDA)"; }
+
 std::unique_ptr<Collectives> collectives_nccl(Rendezvous& rv, int device) {
   throw CollectiveError("this build has no CUDA: the nccl backend (rank " +
                         std::to_string(rv.config().rank) + ", device " + std::to_string(device) +

@@ -2,7 +2,6 @@
 // Sequential and residual containers.
 #include "worker/layers/container.h"
 
-#include <chrono>
 #include <stdexcept>
 #include <string_view>
 
@@ -21,11 +20,10 @@ bool is_container(const Layer& l) {
 template <class F>
 Tensor timed(Layer& layer, const char* phase, StepContext& ctx, F&& f) {
   if (is_container(layer)) return f();
-  const auto t0 = std::chrono::steady_clock::now();
-  Tensor out = f();
-  if (ctx.timer != nullptr) {
-    const std::chrono::duration<double> dt = std::chrono::steady_clock::now() - t0;
-    ctx.timer->record(layer.name() + "." + phase, dt.count());
+  Tensor out;
+  {
+    OpClock clock(ctx, layer.name() + "." + phase);  // on the device's timeline
+    out = f();
   }
   if (ctx.backward_listener != nullptr && std::string_view(phase) == "backward")
     ctx.backward_listener->layer_backward_done(layer);
@@ -115,13 +113,9 @@ namespace {
 
 // out = a + b, elementwise, (B, N...).
 Tensor add_tensors(const Tensor& a, const Tensor& b, StepContext& ctx, const std::string& what) {
-  Tensor out = Tensor::empty(a.shape(), Precision::FP32, ctx.memory, what);
-  const float* ap = a.f32();
-  const float* bp = b.f32();
-  float* op = out.f32();
-  const int64_t n = a.numel();
-#pragma omp parallel for if (n > (1 << 16))
-  for (int64_t i = 0; i < n; ++i) op[i] = ap[i] + bp[i];
+  DeviceOps& ops = ops_of(ctx);
+  Tensor out = ops.empty(a.shape(), Precision::FP32, ctx.memory, what);
+  ops.add(a, b, out);
   return out;
 }
 

@@ -1,24 +1,17 @@
 // File: worker/layers/conv2d.h
-// Conv2d as GEMM over im2col, in the layer's planned precision. The input is cast once (per
-// tensor scales commute with im2col), im2col runs on the cast bytes in chunks of S samples that
-// fit in cache, and only the cast input is saved (the columns are rebuilt in backward).
-// Columns are (C*k*k, S*H'*W'), so im2col and col2im move contiguous image rows and the GEMMs
-// produce channel-major outputs:
-//   forward      y (O, S*H'W')   = W (O, CKK) cols (CKK, S*H'W')         NN, W is the A operand
-//   input grad   dcols (CKK, S*H'W') = W^T dy (O, S*H'W')               TN
-//   weight grad  dW (O, CKK)    += dy (O, S*H'W') cols^T                 NT
+// Conv2d in the layer's planned precision. The input and the weight are cast once (per-tensor
+// scales commute with im2col) and only the cast input is saved; the convolution itself is one op
+// of the rank's ops (DeviceOps::conv2d_forward / conv2d_backward): on the CPU GEMMs over im2col
+// columns in chunks of samples (worker/ops/cpu/cpu_conv.cpp), on CUDA cuDNN or im2col GEMMs.
+// The weight is the GEMMs' A operand (O rows): its INT8 scales are per output channel.
 //   x (B, C, H, W) -> y (B, O, H', W');  W (O, C*k*k), b (O) FP32 masters.
 #pragma once
 
 #include "planner/layer_precision.h"
 #include "worker/layer.h"
+#include "worker/ops/cpu/cpu_kernels.h"  // im2col / col2im_add (calibration measures the im2col norm)
 
 namespace qsync {
-
-// Geometry of one convolution.
-struct ConvGeometry {
-  int64_t c, h, w, k, stride, pad, oh, ow;
-};
 
 
 class Conv2dLayer : public Layer {
@@ -41,13 +34,6 @@ class Conv2dLayer : public Layer {
   Tensor x_saved_;  // (B, C, H, W) in the forward precision
   Tensor w_saved_;  // (O, C*k*k) in the forward precision
 
-  int64_t chunk_samples() const;
 };
-
-// im2col of samples [s0, s0 + S) of x (B, C, H, W) with `elem` bytes per element into
-// cols (C*k*k, S*H'*W'); out-of-image taps are zero bytes (0 in every format we use).
-void im2col(const void* x, int elem, int64_t s0, int64_t samples, const ConvGeometry& g, void* cols);
-// Adds cols (C*k*k, S*H'*W') FP32 back into dx (B, C, H, W) for samples [s0, s0 + S).
-void col2im_add(const float* cols, int64_t s0, int64_t samples, const ConvGeometry& g, float* dx);
 
 }  // namespace qsync

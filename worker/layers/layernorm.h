@@ -7,18 +7,13 @@
 #pragma once
 
 #include "worker/layer.h"
+#include "worker/ops/cpu/cpu_kernels.h"  // layernorm_rows: the host arithmetic tp/ shares
 
 namespace qsync {
 
-// The forward over `rows` rows of C values, the one definition of the arithmetic (training and
-// tensor-parallel inference share it): y (rows, C); xhat (rows, C) and rstd (rows) are written
-// when not null.
-void layernorm_rows(const float* x, const float* weight, const float* bias, int64_t rows, int64_t C, float* y,
-                    float* xhat = nullptr, float* rstd = nullptr);
-
 class LayerNormLayer : public Layer {
  public:
-  static constexpr float EPS = 1e-5f;
+  static constexpr float EPS = LAYERNORM_EPS;
 
   LayerNormLayer(const LayerDesc& d, MemoryAccount* memory);
   Tensor forward(const Tensor& x, StepContext& ctx) override;

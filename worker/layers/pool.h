@@ -20,6 +20,7 @@ class MaxPool2dLayer : public Layer {
   int64_t saved_bytes() const override { return argmax_.defined() ? argmax_.bytes() : 0; }
 
  private:
+  PoolGeometry geometry() const { return {C_, H_, W_, desc_.kernel, desc_.stride, desc_.padding, Ho_, Wo_}; }
   int64_t C_ = 0, H_ = 0, W_ = 0, Ho_ = 0, Wo_ = 0;
   Tensor argmax_;  // (B, C, Ho, Wo) int32 index into the (H, W) plane, stored as a 4-byte tensor
 };

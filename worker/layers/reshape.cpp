@@ -45,33 +45,20 @@ ToTokensLayer::ToTokensLayer(const LayerDesc& d, MemoryAccount* memory) : Layer(
   desc_.out_shape = {HW_, C_};
 }
 
-namespace {
-
-// Per sample: src (rows, cols) -> dst (cols, rows).
-void transpose_batched(const float* src, float* dst, int64_t B, int64_t rows, int64_t cols) {
-#pragma omp parallel for if (B * rows * cols > (1 << 16))
-  for (int64_t b = 0; b < B; ++b) {
-    const float* s = src + b * rows * cols;
-    float* d = dst + b * rows * cols;
-    for (int64_t r = 0; r < rows; ++r)
-      for (int64_t c = 0; c < cols; ++c) d[c * rows + r] = s[r * cols + c];
-  }
-}
-
-}  // namespace
-
 Tensor ToTokensLayer::forward(const Tensor& x, StepContext& ctx) {
   const int64_t B = check_batched(x, desc_.in_shape, name(), "input");
-  Tensor y = Tensor::empty({B, HW_, C_}, Precision::FP32, ctx.memory, name() + ".out");  // (B, H*W, C)
-  transpose_batched(x.f32(), y.f32(), B, C_, HW_);
+  DeviceOps& ops = ops_of(ctx);
+  Tensor y = ops.empty({B, HW_, C_}, Precision::FP32, ctx.memory, name() + ".out");  // (B, H*W, C)
+  ops.transpose_batched(x, y, B, C_, HW_);
   return y;
 }
 
 Tensor ToTokensLayer::backward(const Tensor& dy, StepContext& ctx) {
   const int64_t B = check_batched(dy, desc_.out_shape, name(), "dy");
-  Tensor dx = Tensor::empty(batched_shape(B, desc_.in_shape), Precision::FP32, ctx.memory,
-                            name() + ".dx");  // (B, C, H, W)
-  transpose_batched(dy.f32(), dx.f32(), B, HW_, C_);
+  DeviceOps& ops = ops_of(ctx);
+  Tensor dx = ops.empty(batched_shape(B, desc_.in_shape), Precision::FP32, ctx.memory,
+                        name() + ".dx");  // (B, C, H, W)
+  ops.transpose_batched(dy, dx, B, HW_, C_);
   return dx;
 }
 

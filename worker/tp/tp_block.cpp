@@ -10,7 +10,7 @@
 
 #include "kernels/gemm_registry.h"
 #include "worker/layers/layernorm.h"
-#include "worker/layers/vector_math.h"
+#include "worker/ops/cpu/vector_math.h"
 
 namespace qsync {
 

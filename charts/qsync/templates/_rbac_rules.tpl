@@ -6,7 +6,8 @@ granted: the job and workload rules (cluster-wide, or per watched namespace), th
 (cluster-scoped objects: always a ClusterRole) and the leader-election rule (the Lease namespace).
 */}}
 
-{{/* HybridTrainingJobs and the children the reconciler creates. */}}
+{{/* HybridTrainingJobs, the children the reconciler creates, and the inference workloads it
+borrows GPUs from (scaled in and out by patching spec.replicas and its annotations). */}}
 {{- define "qsync.rules.workloads" -}}
 - apiGroups: ["qsync.dev"]
   resources: ["hybridtrainingjobs"]
@@ -26,6 +27,9 @@ granted: the job and workload rules (cluster-wide, or per watched namespace), th
 - apiGroups: [""]
   resources: ["events"]
   verbs: ["create", "patch"]
+- apiGroups: ["apps"]
+  resources: ["deployments", "statefulsets"]
+  verbs: ["get", "list", "watch", "patch"]
 {{- end -}}
 
 {{/* The pool: the planner reads node labels (nvidia.com/gpu.product, device classes). */}}

@@ -1,7 +1,8 @@
 // File: tests/kernels/cuda/gemm_cublaslt_test.cu
-// The "cuda" GEMM backend: its support rules (no GPU needed), its behaviour without a device,
-// and on a GPU every precision against the `ref` backend over awkward shapes, all transpose
-// cases, padded leading dimensions and beta; INT8/FP8 layout and alignment rejections.
+// The "cuda" GEMM backend on the cuBLASLt engine: its support rules (no GPU needed), its
+// behaviour without a device, and on a GPU every precision against the `ref` backend over
+// awkward shapes, all transpose cases, padded leading dimensions and beta, INT8 and FP8 included
+// (their operands are staged into cuBLASLt's TN layout, padded to multiples of 16).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -74,13 +75,10 @@ TEST(CudaGemmNoDevice, SupportsSaysNoDeviceAndGemmThrows) {
       EXPECT_TRUE(contains(e.what(), "no CUDA device")) << e.what();
     }
   } else {
-    // With a device, a rejected signature (int8, k = 30) still throws GemmError before any
+    // With a device, a rejected signature (fp16 x bf16) still throws GemmError before any
     // pointer is touched.
-    std::vector<int8_t> q(4 * 30, 1);
-    const float scale = 1.0f;
-    d.k = 30;
-    d.a = {q.data(), Precision::INT8, NO, 0, ScaleMode::PER_TENSOR, &scale};
-    d.b = {q.data(), Precision::INT8, YES, 0, ScaleMode::PER_TENSOR, &scale};
+    d.a.precision = Precision::FP16;
+    d.b.precision = Precision::BF16;
     EXPECT_THROW(cuda.gemm(d), GemmError);
   }
 }
@@ -101,33 +99,18 @@ TEST(CudaGemmRules, FloatPrecisionsFollowTheComputeCapability) {
   EXPECT_TRUE(contains(mixed.detail, "must match")) << mixed.detail;
 }
 
-TEST(CudaGemmRules, Int8TakesOnlyTheForwardLayoutAndNamesTheTranspose) {
-  EXPECT_EQ(gemm_cuda_supports_for_sm(signature(Precision::INT8, Precision::INT8, 3, 8, 16, NO, YES), 75).level,
-            SupportLevel::NATIVE);  // m is free: it is cuBLASLt's n
+TEST(CudaGemmRules, Int8TakesEveryLayoutAndShapeFromSm75) {
   EXPECT_FALSE(gemm_cuda_supports_for_sm(signature(Precision::INT8, Precision::INT8, 8, 8, 16, NO, YES), 70).ok());
-  const GemmSupport input_grad =
-      gemm_cuda_supports_for_sm(signature(Precision::INT8, Precision::INT8, 8, 8, 16, NO, NO), 90);
-  EXPECT_EQ(input_grad.level, SupportLevel::UNSUPPORTED);
-  EXPECT_TRUE(contains(input_grad.detail, "b.trans = YES")) << input_grad.detail;
-  EXPECT_TRUE(contains(input_grad.detail, "transpose b explicitly")) << input_grad.detail;
-  const GemmSupport weight_grad =
-      gemm_cuda_supports_for_sm(signature(Precision::INT8, Precision::INT8, 8, 8, 16, YES, NO), 90);
-  EXPECT_TRUE(contains(weight_grad.detail, "transpose a and b explicitly")) << weight_grad.detail;
-  const GemmSupport tt = gemm_cuda_supports_for_sm(signature(Precision::INT8, Precision::INT8, 8, 8, 16, YES, YES), 90);
-  EXPECT_TRUE(contains(tt.detail, "transpose a explicitly")) << tt.detail;
-}
-
-TEST(CudaGemmRules, Int8AlignmentNamesTheDimension) {
-  auto detail = [](int64_t m, int64_t n, int64_t k, int64_t lda, int64_t ldb) {
-    const GemmSupport s =
-        gemm_cuda_supports_for_sm(signature(Precision::INT8, Precision::INT8, m, n, k, NO, YES, lda, ldb), 90);
-    EXPECT_FALSE(s.ok());
-    return s.detail;
-  };
-  EXPECT_TRUE(contains(detail(8, 8, 30, 0, 0), "k to be a multiple of 4, got k = 30: pad k to 32"));
-  EXPECT_TRUE(contains(detail(8, 10, 32, 0, 0), "n to be a multiple of 4, got n = 10"));
-  EXPECT_TRUE(contains(detail(8, 8, 32, 34, 0), "lda to be a multiple of 4, got lda = 34"));
-  EXPECT_TRUE(contains(detail(8, 8, 32, 0, 33), "ldb to be a multiple of 4, got ldb = 33"));
+  const GemmSupport forward =
+      gemm_cuda_supports_for_sm(signature(Precision::INT8, Precision::INT8, 32, 16, 64, NO, YES), 75);
+  EXPECT_EQ(forward.level, SupportLevel::NATIVE);
+  EXPECT_FALSE(contains(forward.detail, "first")) << forward.detail;  // TN, multiples of 16: no staging
+  for (const auto& t : TRANSPOSE_CASES) {
+    const GemmSupport s = gemm_cuda_supports_for_sm(signature(Precision::INT8, Precision::INT8, 7, 5, 30, t[0], t[1]), 90);
+    EXPECT_EQ(s.level, SupportLevel::NATIVE);
+    EXPECT_TRUE(contains(s.detail, "padded to multiples of 16")) << s.detail;
+    if (t[0] != NO || t[1] != YES) EXPECT_TRUE(contains(s.detail, "transposed into the TN layout")) << s.detail;
+  }
   GemmSignature u8 = signature(Precision::INT8, Precision::INT8, 8, 8, 32, NO, YES);
   u8.a_int8_unsigned = true;
   const GemmSupport s = gemm_cuda_supports_for_sm(u8, 90);
@@ -135,20 +118,17 @@ TEST(CudaGemmRules, Int8AlignmentNamesTheDimension) {
   EXPECT_TRUE(contains(s.detail, "unsigned int8")) << s.detail;
 }
 
-TEST(CudaGemmRules, Fp8NeedsSm89TheForwardLayoutAnd16Multiples) {
+TEST(CudaGemmRules, Fp8NeedsSm89AndNeverE5m2Twice) {
   const Precision e4 = Precision::FP8_E4M3, e5 = Precision::FP8_E5M2;
-  EXPECT_FALSE(gemm_cuda_supports_for_sm(signature(e4, e4, 16, 16, 16, NO, YES), 80).ok());
+  const GemmSupport old = gemm_cuda_supports_for_sm(signature(e4, e4, 16, 16, 16, NO, YES), 80);
+  EXPECT_FALSE(old.ok());
+  EXPECT_TRUE(contains(old.detail, "sm89")) << old.detail;
   for (auto [a, b] : {std::pair{e4, e4}, std::pair{e4, e5}, std::pair{e5, e4}})
-    EXPECT_EQ(gemm_cuda_supports_for_sm(signature(a, b, 32, 48, 64, NO, YES), 89).level, SupportLevel::NATIVE);
+    for (const auto& t : TRANSPOSE_CASES)
+      EXPECT_EQ(gemm_cuda_supports_for_sm(signature(a, b, 24, 48, 70, t[0], t[1]), 89).level, SupportLevel::NATIVE);
   const GemmSupport e5e5 = gemm_cuda_supports_for_sm(signature(e5, e5, 32, 48, 64, NO, YES), 90);
   EXPECT_FALSE(e5e5.ok());
   EXPECT_TRUE(contains(e5e5.detail, "e5m2 x e5m2")) << e5e5.detail;
-  EXPECT_TRUE(contains(gemm_cuda_supports_for_sm(signature(e4, e4, 24, 48, 64, NO, YES), 90).detail,
-                       "m to be a multiple of 16, got m = 24"));
-  EXPECT_TRUE(contains(gemm_cuda_supports_for_sm(signature(e4, e4, 32, 48, 64, NO, YES, 72), 90).detail,
-                       "lda to be a multiple of 16, got lda = 72"));
-  EXPECT_TRUE(contains(gemm_cuda_supports_for_sm(signature(e4, e4, 32, 48, 64, YES, NO), 90).detail,
-                       "transpose a and b explicitly"));
 }
 
 // ------------------------------------------------------------------------------------------
@@ -257,101 +237,46 @@ TEST(CudaGemm, FloatPrecisionsMatchRefInEveryLayout) {
         }
 }
 
-const std::vector<Shape>& int8_shapes() {  // n and k multiples of 4, m free
-  static const std::vector<Shape> shapes = {{1, 4, 4},    {3, 8, 12},    {7, 12, 20},    {33, 64, 68},
-                                            {64, 64, 64}, {130, 36, 516}, {17, 132, 260}, {256, 4, 128}};
-  return shapes;
-}
-
-TEST(CudaGemm, Int8ForwardMatchesRefWithEveryScaleMode) {
+TEST(CudaGemm, Int8MatchesRefWithEveryScaleModeLayoutAndShape) {
   REQUIRE_CUDA_DEVICE();
   const auto T = ScaleMode::PER_TENSOR, C = ScaleMode::PER_CHANNEL;
   uint32_t seed = 100;
-  for (auto [a_mode, b_mode] : {std::pair{T, T}, std::pair{T, C}, std::pair{C, T}, std::pair{C, C}})
-    for (const Shape& s : int8_shapes())
-      for (auto [pad, ldc_pad, beta] : {std::tuple<int64_t, int64_t, float>{0, 0, 0.0f}, {4, 1, 0.5f}}) {
-        Problem p{Precision::INT8, Precision::INT8, a_mode, b_mode, NO, YES, s, pad, ldc_pad, beta};
-        SCOPED_TRACE(describe(p));
-        ASSERT_TRUE(device_supports(p));
-        EXPECT_LE(cuda_vs_ref(p, seed++), nmse_bound(Precision::INT8));
-      }
+  for (const auto& t : TRANSPOSE_CASES)
+    for (auto [a_mode, b_mode] : {std::pair{T, T}, std::pair{T, C}, std::pair{C, T}, std::pair{C, C}}) {
+      // Per-channel scales lie along the output: rows of an untransposed A, columns of a transposed B.
+      if ((a_mode == C && t[0] == YES) || (b_mode == C && t[1] == NO)) continue;
+      for (const Shape& s : testing::awkward_shapes())
+        for (auto [pad, ldc_pad, beta] : {std::tuple<int64_t, int64_t, float>{0, 0, 0.0f}, {4, 1, 0.5f}}) {
+          Problem p{Precision::INT8, Precision::INT8, a_mode, b_mode, t[0], t[1], s, pad, ldc_pad, beta};
+          SCOPED_TRACE(describe(p));
+          ASSERT_TRUE(device_supports(p));
+          EXPECT_LE(cuda_vs_ref(p, seed++), nmse_bound(Precision::INT8));
+        }
+    }
 }
 
-// Builds an INT8 GemmDesc on device buffers for the rejection tests.
-struct Int8Call {
-  CudaBuffer a, b, c, scale;
-  GemmDesc d;
-  // Dimensions up to 64: the buffers hold any stored layout of that size (nothing is read anyway).
-  Int8Call(int64_t m, int64_t n, int64_t k, int64_t lda, int64_t ldb, Transpose ta, Transpose tb)
-      : a(64 * 64 + 64),
-        b(64 * 64 + 64),
-        c(size_t(m * n) * sizeof(float)),
-        scale(CudaBuffer::from_vector(std::vector<float>{0.01f})) {
-    d.m = m, d.n = n, d.k = k;
-    d.a = {a.data(), Precision::INT8, ta, lda, ScaleMode::PER_TENSOR, scale.as<float>()};
-    d.b = {b.data(), Precision::INT8, tb, ldb, ScaleMode::PER_TENSOR, scale.as<float>()};
-    d.c = c.as<float>();
-  }
-};
-
-std::string gemm_error_of(const GemmDesc& d) {
-  try {
-    gemm_backend_by_name("cuda").gemm(d);
-  } catch (const GemmError& e) {
-    return e.what();
-  }
-  return "(no GemmError thrown)";
-}
-
-TEST(CudaGemm, Int8GradientLayoutsAreRejectedNotMiscomputed) {
-  REQUIRE_CUDA_DEVICE();
-  for (const auto& t : TRANSPOSE_CASES) {
-    if (t[0] == NO && t[1] == YES) continue;
-    Int8Call call(16, 16, 16, 16, 16, t[0], t[1]);
-    EXPECT_FALSE(device_supports({Precision::INT8, Precision::INT8, ScaleMode::PER_TENSOR, ScaleMode::PER_TENSOR,
-                                  t[0], t[1], {16, 16, 16}}));
-    const std::string what = gemm_error_of(call.d);
-    EXPECT_TRUE(contains(what, "transpose")) << what;
-  }
-}
-
-TEST(CudaGemm, MisalignedInt8ThrowsNamingTheProblem) {
-  REQUIRE_CUDA_DEVICE();
-  {
-    Int8Call call(8, 8, 30, 30, 30, NO, YES);
-    const std::string what = gemm_error_of(call.d);
-    EXPECT_TRUE(contains(what, "k to be a multiple of 4")) << what;
-  }
-  {
-    Int8Call call(8, 8, 32, 34, 32, NO, YES);
-    const std::string what = gemm_error_of(call.d);
-    EXPECT_TRUE(contains(what, "lda to be a multiple of 4")) << what;
-  }
-  {
-    Int8Call call(8, 8, 32, 32, 32, NO, YES);
-    call.d.a.data = call.a.as<int8_t>() + 2;  // a legal shape on a 2-byte aligned pointer
-    const std::string what = gemm_error_of(call.d);
-    EXPECT_TRUE(contains(what, "operand a data pointer is not 4-byte aligned")) << what;
-  }
-}
-
-TEST(CudaGemm, Fp8ForwardMatchesRefOnSm89AndLater) {
+TEST(CudaGemm, Fp8MatchesRefInEveryLayoutOnSm89AndLater) {
   REQUIRE_CUDA_DEVICE();
   if (cuda_device_sm(cuda_current_device()) < 89) GTEST_SKIP() << "FP8 needs sm89+";
   const Precision e4 = Precision::FP8_E4M3, e5 = Precision::FP8_E5M2;
   const auto T = ScaleMode::PER_TENSOR, C = ScaleMode::PER_CHANNEL;
-  const std::vector<Shape> shapes = {{16, 16, 16}, {32, 48, 64}, {64, 128, 80}, {144, 16, 32}, {16, 272, 528}};
+  // Multiples of 16 (TN, per tensor: cuBLASLt writes C) and awkward shapes (staged, padded).
+  std::vector<Shape> shapes = {{16, 16, 16}, {32, 48, 64}, {64, 128, 80}, {144, 16, 32}, {16, 272, 528}};
+  for (const Shape& s : testing::awkward_shapes()) shapes.push_back(s);
   uint32_t seed = 200;
   for (auto [a, b] : {std::pair{e4, e4}, std::pair{e4, e5}, std::pair{e5, e4}})
-    for (auto [a_mode, b_mode] : {std::pair{T, T}, std::pair{T, C}})  // per-tensor: cuBLASLt scales; per-channel: epilogue
-      for (const Shape& s : shapes)
-        // ldc_pad 1 makes C unaligned for cuBLASLt: the epilogue path takes it.
-        for (auto [pad, ldc_pad, beta] : {std::tuple<int64_t, int64_t, float>{0, 0, 0.0f}, {16, 0, 0.5f}, {0, 1, 0.5f}}) {
-          Problem p{a, b, a_mode, b_mode, NO, YES, s, pad, ldc_pad, beta};
-          SCOPED_TRACE(describe(p));
-          ASSERT_TRUE(device_supports(p));
-          EXPECT_LE(cuda_vs_ref(p, seed++), nmse_bound(a));
-        }
+    for (const auto& t : TRANSPOSE_CASES)
+      for (auto [a_mode, b_mode] : {std::pair{T, T}, std::pair{T, C}}) {  // per-channel: the epilogue applies it
+        if (b_mode == C && t[1] == NO) continue;
+        for (const Shape& s : shapes)
+          // ldc_pad 1 makes C unaligned for cuBLASLt: the epilogue path takes it.
+          for (auto [pad, ldc_pad, beta] : {std::tuple<int64_t, int64_t, float>{0, 0, 0.0f}, {16, 0, 0.5f}, {0, 1, 0.5f}}) {
+            Problem p{a, b, a_mode, b_mode, t[0], t[1], s, pad, ldc_pad, beta};
+            SCOPED_TRACE(describe(p));
+            ASSERT_TRUE(device_supports(p));
+            EXPECT_LE(cuda_vs_ref(p, seed++), nmse_bound(a));
+          }
+      }
 }
 
 TEST(CudaGemm, BetaZeroDoesNotReadC) {

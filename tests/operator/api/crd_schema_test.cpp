@@ -75,7 +75,7 @@ TEST(CrdSchema, DefaultsEnumsAndBounds) {
   EXPECT_EQ(p["planning"]["properties"]["allocator"]["enum"],
             json::array({"exact", "greedy", "uniform", "uniform-low-weak", "dynamic-batching"}));
   EXPECT_EQ(p["planning"]["properties"]["allocator"]["default"], "exact");
-  EXPECT_EQ(p["planning"]["properties"]["precision"]["enum"], json::array({"fp32", "bf16", "fp16", "int8", "int8-all", "fp8"}));
+  EXPECT_EQ(p["planning"]["properties"]["precision"]["enum"], json::array({"fp32", "tf32", "bf16", "fp16", "int8", "int8-all", "fp8"}));
   EXPECT_TRUE(p["planning"]["properties"]["stepTimeTarget"].contains("pattern"));
   EXPECT_EQ(p["checkpoint"]["properties"]["intervalSteps"]["default"], 100);
   EXPECT_EQ(p["image"]["default"], "ghcr.io/qsync/qsync-worker:0.1.0");
@@ -113,7 +113,7 @@ TEST(CrdSchema, CrossFieldRulesAreCelValidations) {
 TEST(CrdSchema, StatusSchema) {
   const json status = hybrid_training_job_schema()["properties"]["status"];
   EXPECT_EQ(status["properties"]["phase"]["enum"],
-            json::array({"Pending", "Planning", "Running", "Restarting", "Suspended", "Succeeded", "Failed"}));
+            json::array({"Pending", "Planning", "Running", "Restarting", "Resizing", "Waiting", "Suspended", "Succeeded", "Failed"}));
   const json& conditions = status["properties"]["conditions"];
   EXPECT_EQ(conditions["x-kubernetes-list-type"], "map");
   EXPECT_EQ(conditions["x-kubernetes-list-map-keys"], json::array({"type"}));

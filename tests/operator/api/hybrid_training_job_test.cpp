@@ -25,7 +25,7 @@ json minimal_job() {
 }
 
 json full_job() {
-  return json::parse(R"({
+  return json::parse(R"J({
     "apiVersion": "qsync.dev/v1alpha1", "kind": "HybridTrainingJob",
     "metadata": {"name": "big", "namespace": "ml", "finalizers": ["x/y"], "labels": {"team": "a"}},
     "spec": {
@@ -41,10 +41,19 @@ json full_job() {
         "training": [{"name": "a100", "nodeSelector": {"pool": "train"}, "count": 2, "deviceClass": "a100",
                       "memoryBudget": "40Gi", "gpusPerRank": 1}],
         "inference": [{"name": "t4", "nodeSelector": {"pool": "infer"}, "count": 3, "offPeakOnly": true,
-                       "gpusPerRank": 0}],
+                       "gpusPerRank": 0,
+                       "borrow": {"workload": {"kind": "StatefulSet", "name": "chat"}, "minServingReplicas": 2,
+                                  "reclaimGraceSeconds": 90, "lendCooldownSeconds": 600,
+                                  "windows": [{"start": "0 20 * * 1-5", "end": "0 7 * * 2-6", "timeZone": "America/New_York"}],
+                                  "demand": {"prometheus": {"url": "http://prometheus:9090",
+                                                            "query": "sum(rate(requests_total[1m]))"},
+                                             "queueing": {"serviceTime": "200ms", "serversPerReplica": 4,
+                                                          "waitTarget": "50ms", "waitQuantile": 0.95},
+                                             "headroomPercent": 15, "maxSampleAgeSeconds": 60}}}],
         "local": [{"name": "w0", "deviceClass": "cpu-avx2", "threads": 2, "memoryBudget": "1Gi", "precision": "int8",
                    "localBatch": 32}]
       },
+      "elasticPolicy": {"minRanks": 2, "maxRanks": 6, "growCooldownSeconds": 120, "minGrowthPercent": 10},
       "planning": {"allocator": "greedy", "precision": "bf16", "lowPrecision": "fp8", "stepTimeTarget": "250ms",
                    "indicator": "weight-error", "batchMoves": true, "profiles": "qsync-profile-",
                    "calibration": "cnn.calib.json"},
@@ -61,8 +70,17 @@ json full_job() {
                           "localBatch": 96, "predictedStepSeconds": 0.3}]},
       "replicas": {"total": 5, "active": 2, "succeeded": 0, "failed": 1},
       "restarts": 1, "lastCheckpointStep": 40,
-      "startTime": "2025-01-31T11:59:00Z"
-    }})");
+      "startTime": "2025-01-31T11:59:00Z",
+      "borrowedDevices": 3, "resizes": 2,
+      "lastResize": {"time": "2025-01-31T12:01:00Z", "reason": "PoolGrew", "message": "the pool offers t4@n2",
+                     "fromRanks": 2, "toRanks": 5, "checkpointStep": 40},
+      "lending": [{"entry": "t4", "workload": "StatefulSet/chat", "state": "Lent", "reason": "Lending",
+                   "message": "3 of 5 replicas lent", "servingReplicas": 5, "targetReplicas": 2, "readyReplicas": 2,
+                   "neededReplicas": 2, "borrowedDevices": 3, "reclaimTargetReplicas": 0, "reclaims": 4,
+                   "reclaimsMissed": 1, "demand": 37.5, "lastChangeTime": "2025-01-31T12:00:30.250000Z",
+                   "reclaimStartTime": "2025-01-31T12:02:00.5Z", "reclaimReason": "DemandHigh",
+                   "lastReclaimSeconds": 41.25}]
+    }})J");
 }
 
 std::string error_of(const json& object) {
@@ -86,6 +104,14 @@ TEST(HybridTrainingJob, FullObjectRoundTripsThroughTheStructs) {
   EXPECT_EQ(job.spec.pool.training[0].memory_budget_bytes, 40ll << 30);
   EXPECT_EQ(job.spec.pool.inference[0].gpus_per_rank, 0);
   EXPECT_TRUE(job.spec.pool.inference[0].off_peak_only);
+  const BorrowSpec& borrow = *job.spec.pool.inference[0].borrow;
+  EXPECT_EQ(borrow.workload.kind, "StatefulSet");
+  EXPECT_EQ(borrow.windows[0].time_zone, "America/New_York");
+  EXPECT_DOUBLE_EQ(borrow.demand->queueing->service_time_seconds, 0.2);
+  EXPECT_DOUBLE_EQ(borrow.demand->queueing->wait_target_seconds, 0.05);
+  EXPECT_EQ(job.spec.elastic_policy->max_ranks, 6);
+  EXPECT_EQ(job.status->lending[0].reclaims_missed, 1);
+  EXPECT_EQ(job.status->last_resize->to_ranks, 5);
   EXPECT_EQ(job.spec.pool.local[0].memory_budget_bytes, 1ll << 30);
   EXPECT_DOUBLE_EQ(job.spec.planning.step_time_target_seconds, 0.25);
   EXPECT_EQ(job.spec.run_policy.active_deadline_seconds, 3600);
@@ -193,7 +219,7 @@ INSTANTIATE_TEST_SUITE_P(
         InvalidCase{"unknown allocator", R"({"planning": {"allocator": "fastest"}})",
                     "spec.planning.allocator: \"fastest\" is not one of exact, greedy, uniform, uniform-low-weak, dynamic-batching"},
         InvalidCase{"unknown precision", R"({"planning": {"precision": "fp4"}})",
-                    "spec.planning.precision: \"fp4\" is not one of fp32, bf16, fp16, int8, int8-all, fp8"},
+                    "spec.planning.precision: \"fp4\" is not one of fp32, tf32, bf16, fp16, int8, int8-all, fp8"},
         InvalidCase{"steps and epochs", R"({"epochs": 2})", "spec.steps and spec.epochs are both set: keep one"},
         InvalidCase{"neither steps nor epochs", R"({"steps": null})", "set spec.steps or spec.epochs"},
         InvalidCase{"zero epochs", R"({"steps": null, "epochs": 0})", "spec.epochs must be greater than 0, got 0"},
@@ -234,7 +260,46 @@ INSTANTIATE_TEST_SUITE_P(
                     "spec.resources.limits.memory: \"a lot\" is not a quantity"},
         InvalidCase{"empty image", R"({"image": ""})", "spec.image must not be empty"},
         InvalidCase{"bad pull policy", R"({"imagePullPolicy": "Sometimes"})", "spec.imagePullPolicy: \"Sometimes\" is not one of"},
-        InvalidCase{"wrong type", R"({"steps": "300"})", "spec.steps must be an integer, got \"300\""}),
+        InvalidCase{"wrong type", R"({"steps": "300"})", "spec.steps must be an integer, got \"300\""},
+        // Off-peak borrowing (planner/job_borrow_spec.h).
+        InvalidCase{"offPeakOnly without borrow", R"({"pool": {"inference": [{"name": "i", "offPeakOnly": true}]}})",
+                    "spec.pool.inference[0].offPeakOnly needs spec.pool.inference[0].borrow"},
+        InvalidCase{"borrow on a training entry",
+                    R"({"pool": {"training": [{"name": "t", "borrow": {"workload": {"name": "chat"}, "windows": []}}]}})",
+                    "unknown field \"borrow\" in spec.pool.training[0]"},
+        InvalidCase{"borrow without a workload",
+                    R"({"pool": {"inference": [{"name": "i", "borrow": {"windows": [{"start": "0 20 * * *", "end": "0 7 * * *"}]}}]}})",
+                    "spec.pool.inference[0].borrow.workload is missing"},
+        InvalidCase{"workload name and selector",
+                    R"({"pool": {"inference": [{"name": "i", "borrow": {"workload": {"name": "a", "selector": {"app": "a"}},
+                        "windows": [{"start": "0 20 * * *", "end": "0 7 * * *"}]}}]}})",
+                    "spec.pool.inference[0].borrow.workload: set exactly one of name or selector"},
+        InvalidCase{"borrow without windows or demand",
+                    R"({"pool": {"inference": [{"name": "i", "borrow": {"workload": {"name": "chat"}}}]}})",
+                    "say when lending is allowed: give windows, demand, or both"},
+        InvalidCase{"cron with 4 fields",
+                    R"({"pool": {"inference": [{"name": "i", "borrow": {"workload": {"name": "chat"},
+                        "windows": [{"start": "0 20 * *", "end": "0 7 * * *"}]}}]}})",
+                    "spec.pool.inference[0].borrow.windows[0].start: \"0 20 * *\" is not a cron expression of 5 fields"},
+        InvalidCase{"two demand sizings",
+                    R"({"pool": {"inference": [{"name": "i", "borrow": {"workload": {"name": "chat"},
+                        "demand": {"prometheus": {"query": "x"}, "threshold": 5, "requestsPerReplica": 10}}}]}})",
+                    "set exactly one of threshold, requestsPerReplica or queueing, got 2"},
+        InvalidCase{"demand without a query",
+                    R"({"pool": {"inference": [{"name": "i", "borrow": {"workload": {"name": "chat"},
+                        "demand": {"prometheus": {}, "threshold": 5}}}]}})",
+                    "spec.pool.inference[0].borrow.demand.prometheus.query is missing"},
+        InvalidCase{"queueing quantile 1",
+                    R"({"pool": {"inference": [{"name": "i", "borrow": {"workload": {"name": "chat"},
+                        "demand": {"prometheus": {"query": "x"}, "queueing": {"serviceTime": "200ms", "waitTarget": "50ms",
+                        "waitQuantile": 1}}}}]}})",
+                    "waitQuantile must be below 1"},
+        InvalidCase{"unknown workload kind",
+                    R"({"pool": {"inference": [{"name": "i", "borrow": {"workload": {"kind": "ReplicaSet", "name": "x"},
+                        "windows": [{"start": "0 20 * * *", "end": "0 7 * * *"}]}}]}})",
+                    "spec.pool.inference[0].borrow.workload.kind: \"ReplicaSet\" is not one of Deployment, StatefulSet"},
+        InvalidCase{"minRanks above maxRanks", R"({"elasticPolicy": {"minRanks": 4, "maxRanks": 2}})",
+                    "spec.elasticPolicy: minRanks 4 is above maxRanks 2"}),
     [](const testing::TestParamInfo<InvalidCase>& info) {
       std::string name;
       for (const char* c = info.param.what; *c; ++c) name += std::isalnum(static_cast<unsigned char>(*c)) ? *c : '_';

@@ -33,6 +33,8 @@ TEST(ResourceTypeTest, ClusterScopedTypesIgnoreTheNamespace) {
 
 TEST(ResourceTypeTest, GroupPathsAndCustomResources) {
   EXPECT_EQ(leases_type().api_version(), "coordination.k8s.io/v1");
+  EXPECT_EQ(deployments_type().path("serving", "chat", "scale"), "/apis/apps/v1/namespaces/serving/deployments/chat/scale");
+  EXPECT_EQ(stateful_sets_type().path("serving", "db"), "/apis/apps/v1/namespaces/serving/statefulsets/db");
   EXPECT_EQ(leases_type().path("kube-system", "qsync-leader"),
             "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/qsync-leader");
   ResourceType jobs{"qsync.io", "v1alpha1", "hybridtrainingjobs", "HybridTrainingJob", true};

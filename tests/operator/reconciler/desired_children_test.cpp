@@ -39,6 +39,13 @@ std::string env_of(const json& pod, const std::string& name) {
   return "<absent>";
 }
 
+// ChildOptions with every field named (-Wmissing-field-initializers).
+ChildOptions child_options(const std::string& worker_image, int master_port = 29500, const std::string& gpu_worker_image = "",
+                           bool gpu_ranks_on_cpu = false) {
+  return {.worker_image = worker_image, .gpu_worker_image = gpu_worker_image, .gpu_ranks_on_cpu = gpu_ranks_on_cpu,
+          .master_port = master_port};
+}
+
 bool has_arg(const std::vector<std::string>& cmd, const std::string& flag, const std::string& value = "") {
   auto it = std::find(cmd.begin(), cmd.end(), flag);
   if (it == cmd.end()) return false;
@@ -55,7 +62,7 @@ TEST(DesiredChildren, NamesAreDeterministic) {
 TEST(DesiredChildren, PodHasLabelsEnvAndDns) {
   const json obj = job_object();
   const api::HybridTrainingJob job = api::hybrid_training_job_from_json(obj);
-  const json pod = desired_pod(obj, job, cpu_rank(), 2, 4, {.worker_image = "", .master_port = 29612});
+  const json pod = desired_pod(obj, job, cpu_rank(), 2, 4, child_options("", 29612));
   EXPECT_EQ(pod["metadata"]["name"], "mnist-worker-1");
   EXPECT_EQ(pod["metadata"]["namespace"], "team");
   const json& labels = pod["metadata"]["labels"];
@@ -129,22 +136,47 @@ TEST(DesiredChildren, EveryChildIsControlledByTheJob) {
   }
 }
 
-TEST(DesiredChildren, GpuRankGetsGpusAndNoDeviceClassFlag) {
+TEST(DesiredChildren, GpuRankGetsGpusItsClassAndTheGpuEnvironment) {
   json obj = job_object({{"resources", {{"requests", {{"cpu", "2"}, {"memory", "4Gi"}}}, {"limits", {{"memory", "8Gi"}}}}}});
   const api::HybridTrainingJob job = api::hybrid_training_job_from_json(obj);
-  const json gpu = desired_pod(obj, job, gpu_rank(), 2, 0, {});
+  const ChildOptions options = child_options("registry.local/worker:1", 29500, "registry.local/worker-cuda:1");
+  const json gpu = desired_pod(obj, job, gpu_rank(), 2, 0, options);
   const json& res = gpu["spec"]["containers"][0]["resources"];
   EXPECT_EQ(res["limits"]["nvidia.com/gpu"], "1");
   EXPECT_EQ(res["requests"]["nvidia.com/gpu"], "1");
   EXPECT_EQ(res["requests"]["cpu"], "2");
   EXPECT_EQ(res["limits"]["memory"], "8Gi");
-  EXPECT_FALSE(has_arg(gpu["spec"]["containers"][0]["command"], "--device-class"));
+  // The worker runs as its GPU class (and refuses to start on another GPU), in the CUDA image.
+  EXPECT_TRUE(has_arg(gpu["spec"]["containers"][0]["command"], "--device-class", "gpu-t4"));
+  EXPECT_EQ(gpu["spec"]["containers"][0]["image"], "registry.local/worker-cuda:1");
+  EXPECT_EQ(env_of(gpu, "LOCAL_RANK"), "0");
+  EXPECT_EQ(env_of(gpu, "NVIDIA_DRIVER_CAPABILITIES"), "compute,utility");
+  EXPECT_EQ(env_of(gpu, "CUDA_CACHE_PATH"), "/tmp/cuda-cache");
+  EXPECT_EQ(env_of(gpu, "CUDA_VISIBLE_DEVICES"), "<absent>");  // the device plugin's to set
 
-  const json cpu = desired_pod(obj, job, cpu_rank(), 2, 0, {});
+  const json cpu = desired_pod(obj, job, cpu_rank(), 2, 0, options);
   const json& cres = cpu["spec"]["containers"][0]["resources"];
   EXPECT_FALSE(cres["limits"].contains("nvidia.com/gpu"));
   EXPECT_EQ(cres["requests"]["memory"], "4Gi");
   EXPECT_TRUE(has_arg(cpu["spec"]["containers"][0]["command"], "--device-class", "cpu-avx2"));
+  EXPECT_EQ(cpu["spec"]["containers"][0]["image"], "registry.local/worker:1");
+  EXPECT_EQ(env_of(cpu, "LOCAL_RANK"), "<absent>");
+}
+
+// A cluster whose GPU nodes only advertise nvidia.com/gpu (the e2e tests' kube_api_server):
+// GPU ranks keep their GPUs' scheduling but run as the worker's default CPU class, in the CPU image.
+TEST(DesiredChildren, GpuRanksOnCpuRunAsTheDefaultCpuClass) {
+  const json obj = job_object();
+  const api::HybridTrainingJob job = api::hybrid_training_job_from_json(obj);
+  const ChildOptions options = child_options("", 29500, "registry.local/worker-cuda:1", true);
+  const json pod = desired_pod(obj, job, gpu_rank(), 2, 0, options);
+  EXPECT_EQ(pod["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"], "1");
+  EXPECT_FALSE(has_arg(pod["spec"]["containers"][0]["command"], "--device-class"));
+  EXPECT_EQ(pod["spec"]["containers"][0]["image"], api::HybridTrainingJobSpec{}.image);
+  EXPECT_EQ(env_of(pod, "LOCAL_RANK"), "<absent>");
+  EXPECT_FALSE(rank_runs_on_gpu(gpu_rank(), options));
+  EXPECT_TRUE(rank_runs_on_gpu(gpu_rank(), {}));
+  EXPECT_FALSE(rank_runs_on_gpu(cpu_rank(), {}));
 }
 
 TEST(DesiredChildren, WorkerCommandFollowsTheSpec) {
@@ -230,17 +262,23 @@ TEST(DesiredChildren, VolumesForPlanCheckpointsAndData) {
 TEST(DesiredChildren, ImageFromSpecOrFlag) {
   const json plain = job_object();
   const api::HybridTrainingJob job = api::hybrid_training_job_from_json(plain);
-  EXPECT_EQ(worker_image(job, {.worker_image = "registry.local/worker:dev", .master_port = 29500}), "registry.local/worker:dev");
+  EXPECT_EQ(worker_image(job, child_options("registry.local/worker:dev")), "registry.local/worker:dev");
   EXPECT_EQ(worker_image(job, {}), api::HybridTrainingJobSpec{}.image);
   const json custom = job_object({{"image", "mine/worker:1"}});
-  EXPECT_EQ(worker_image(api::hybrid_training_job_from_json(custom), {.worker_image = "registry.local/worker:dev", .master_port = 1}),
+  EXPECT_EQ(worker_image(api::hybrid_training_job_from_json(custom), child_options("registry.local/worker:dev", 1)),
             "mine/worker:1");
+  // A GPU rank takes --gpu-worker-image when given, else --worker-image; spec.image wins over both.
+  const ChildOptions both = child_options("registry.local/worker:dev", 29500, "registry.local/worker-cuda:dev");
+  EXPECT_EQ(worker_image(job, both, true), "registry.local/worker-cuda:dev");
+  EXPECT_EQ(worker_image(job, both, false), "registry.local/worker:dev");
+  EXPECT_EQ(worker_image(job, child_options("registry.local/worker:dev"), true), "registry.local/worker:dev");
+  EXPECT_EQ(worker_image(api::hybrid_training_job_from_json(custom), both, true), "mine/worker:1");
 }
 
 TEST(DesiredChildren, HeadlessServiceAndPlanConfigMap) {
   const json obj = job_object();
   const api::HybridTrainingJob job = api::hybrid_training_job_from_json(obj);
-  const json svc = desired_service(obj, job, {.worker_image = "", .master_port = 29555});
+  const json svc = desired_service(obj, job, child_options("", 29555));
   EXPECT_EQ(svc["metadata"]["name"], "mnist-workers");
   EXPECT_EQ(svc["spec"]["clusterIP"], "None");
   EXPECT_EQ(svc["spec"]["selector"], json({{"qsync.dev/job", "mnist"}}));

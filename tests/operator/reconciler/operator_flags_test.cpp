@@ -11,7 +11,8 @@ TEST(OperatorFlags, ChartArguments) {
   const OperatorFlags f = parse_operator_flags({"--namespace", "team", "--leader-elect=true", "--leader-election-namespace",
                                                 "qsync-system", "--leader-election-id", "qsync", "--metrics-port", "8080",
                                                 "--health-port=8081", "--workers", "4", "--qps", "20", "--burst", "30",
-                                                "--worker-image", "ghcr.io/qsync/qsync-worker:dev", "--master-port=29600"});
+                                                "--worker-image", "ghcr.io/qsync/qsync-worker:dev", "--master-port=29600",
+                                                "--prometheus-url", "http://prometheus.monitoring:9090"});
   EXPECT_EQ(f.namespace_, "team");
   EXPECT_TRUE(f.leader_elect);
   EXPECT_EQ(f.leader_election_namespace, "qsync-system");
@@ -23,6 +24,7 @@ TEST(OperatorFlags, ChartArguments) {
   EXPECT_EQ(f.burst, 30);
   EXPECT_EQ(f.worker_image, "ghcr.io/qsync/qsync-worker:dev");
   EXPECT_EQ(f.master_port, 29600);
+  EXPECT_EQ(f.prometheus_url, "http://prometheus.monitoring:9090");
 }
 
 TEST(OperatorFlags, BooleansAndDefaults) {
@@ -32,6 +34,12 @@ TEST(OperatorFlags, BooleansAndDefaults) {
   EXPECT_FALSE(parse_operator_flags({"--leader-elect", "false"}).leader_elect);
   EXPECT_EQ(parse_operator_flags({"--metrics-port", "-1"}).metrics_port, -1);
   EXPECT_EQ(parse_operator_flags({}).master_port, 29500);
+  EXPECT_FALSE(parse_operator_flags({}).gpu_ranks_on_cpu);
+  EXPECT_TRUE(parse_operator_flags({"--gpu-ranks-on-cpu"}).gpu_ranks_on_cpu);
+  EXPECT_TRUE(parse_operator_flags({"--gpu-ranks-on-cpu", "--workers", "2"}).gpu_ranks_on_cpu);
+  EXPECT_FALSE(parse_operator_flags({"--gpu-ranks-on-cpu=false"}).gpu_ranks_on_cpu);
+  EXPECT_EQ(parse_operator_flags({"--gpu-worker-image", "qsync-worker-cuda:dev"}).gpu_worker_image, "qsync-worker-cuda:dev");
+  EXPECT_EQ(parse_operator_flags({}).gpu_worker_image, "");
 }
 
 TEST(OperatorFlags, ErrorsNameTheFlag) {

@@ -1,6 +1,8 @@
 // File: tests/operator/reconciler/pool_discovery_test.cpp
 // Pool discovery: selectors, round-robin placement, unschedulable nodes, device classes from the
-// entry, the class label or the GPU product label, memory budgets, and the error messages.
+// entry, the class label or the GPU product label, memory budgets, and the error messages; an
+// elastic pool (PoolCapacity): missing nodes give no ranks, free GPUs cap ranks per node,
+// borrowing entries place exactly their borrowed ranks, maxRanks cuts from the end.
 #include <gtest/gtest.h>
 
 #include "operator/reconciler/pool_discovery.h"
@@ -135,6 +137,35 @@ TEST(PoolDiscovery, UnknownClassListsTheKnownOnes) {
   }
   pool.training[0].device_class = "tpu-v5";
   EXPECT_THROW(discover_pool(pool, {node("n", {})}), PoolDiscoveryError);
+}
+
+TEST(PoolDiscovery, ElasticPoolsBendInsteadOfFailing) {
+  api::PoolSpec pool;
+  pool.training = {entry("train", {{"pool", "train"}}, 3, "gpu-a100")};
+  pool.inference = {entry("lent", {{"pool", "infer"}}, 8, "gpu-t4"), entry("spare", {{"pool", "gone"}}, 1, "gpu-t4")};
+  const std::vector<json> nodes = {node("a1", {{"pool", "train"}}), node("a2", {{"pool", "train"}}),
+                                   node("i1", {{"pool", "infer"}}), node("i2", {{"pool", "infer"}})};
+  EXPECT_THROW(discover_pool(pool, nodes), PoolDiscoveryError) << "fixed pools still fail on a missing selector";
+  PoolCapacity c;
+  c.free_gpus = {{"a1", 2}, {"a2", 0}};               // a2's GPU is taken by another pod
+  c.borrowed = {{"lent", {{"i2", 2}, {"i1", 1}}}};    // what the lending decisions lent
+  DiscoveredPool p = discover_pool(pool, nodes, &c);
+  ASSERT_EQ(p.ranks.size(), 5u);
+  EXPECT_EQ(p.ranks[0].node, "a1");
+  EXPECT_EQ(p.ranks[1].node, "a1");
+  EXPECT_EQ(p.ranks[2].node, "i1");
+  EXPECT_EQ(p.ranks[3].node, "i2");
+  EXPECT_EQ(p.ranks[4].node, "i2");
+  EXPECT_EQ(p.ranks[4].pool_kind, POOL_KIND_INFERENCE);
+  ASSERT_EQ(p.notes.size(), 2u);
+  EXPECT_NE(p.notes[0].find("2 of 3 ranks"), std::string::npos) << p.notes[0];
+  EXPECT_NE(p.notes[1].find("no node matches spec.pool.inference[1] (spare)"), std::string::npos) << p.notes[1];
+  c.max_ranks = 3;
+  p = discover_pool(pool, nodes, &c);
+  ASSERT_EQ(p.ranks.size(), 3u);
+  EXPECT_EQ(p.ranks[2].entry, "lent") << "borrowed ranks go first from the end";
+  c.borrowed["lent"].clear();
+  EXPECT_EQ(discover_pool(pool, nodes, &c).ranks.size(), 2u);
 }
 
 }  // namespace

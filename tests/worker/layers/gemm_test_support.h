@@ -176,7 +176,7 @@ inline PrecisionErrors measure_precision_errors(Layer& layer, LayerPrecision p, 
 //   Floating formats with m explicit mantissa bits (RNE): the spacing at v in [2^e, 2^(e+1)) is
 //   2^(e-m), the error uniform in +-spacing/2, so rms(err / v) = 2^-m / sqrt(12) * sqrt(E[1/t^2])
 //   with t log-uniform in [1, 2): sqrt(0.541) = 0.736. Per operand: bf16 (m = 7) 0.17%, fp16
-//   (m = 10) 0.021%, E4M3 (m = 3) 2.7%, E5M2 (m = 2) 5.3%. (FP8 scales put amax at max_finite,
+//   (m = 10, and tf32) 0.021%, E4M3 (m = 3) 2.7%, E5M2 (m = 2) 5.3%. (FP8 scales put amax at max_finite,
 //   so N(0, 1) data stays normal down to ~1e-4 of amax.)
 //   Two operands: bf16 0.24%, fp16 0.03%, fp8 forward (E4M3 x E4M3) 3.8%, fp8 backward
 //   (E5M2 x E4M3) 5.9%.
@@ -203,6 +203,7 @@ struct ErrorBounds {
 inline ErrorBounds precision_error_bounds(LayerPrecision p) {
   switch (p) {
     case LayerPrecision::FP32: return {0, 0, 0};
+    case LayerPrecision::TF32: return {1e-3, 1e-3, 1e-3};  // m = 10 like fp16: 0.03% for two operands
     case LayerPrecision::BF16: return {6e-3, 6e-3, 6e-3};
     case LayerPrecision::FP16: return {1e-3, 1e-3, 1e-3};
     case LayerPrecision::INT8: return {4e-2, 2e-2, 4e-2};

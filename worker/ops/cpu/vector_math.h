@@ -1,4 +1,4 @@
-// File: worker/layers/vector_math.h
+// File: worker/ops/cpu/vector_math.h
 // erf and exp over float buffers, eight lanes at a time through glibc's vector math library
 // (libmvec's AVX2 variants, accurate to a few ulp), with a scalar tail. The compiler does not
 // vectorize std::erf / std::exp on its own (it would need -ffast-math).

@@ -1,6 +1,6 @@
-// File: worker/layers/vector_math.cpp
+// File: worker/ops/cpu/vector_math.cpp
 // libmvec calls (x86-64 vector function ABI, AVX2: "_ZGVdN8v_<name>").
-#include "worker/layers/vector_math.h"
+#include "worker/ops/cpu/vector_math.h"
 
 #include <immintrin.h>
 

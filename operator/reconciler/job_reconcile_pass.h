@@ -1,0 +1,45 @@
+// File: operator/reconciler/job_reconcile_pass.h
+// Internal to the job reconciler (job_reconciler.cpp, job_ending.cpp, job_lending_pass.cpp,
+// job_elastic_pass.cpp): what one reconcile pass holds, and the small readers of API objects
+// they share.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "operator/api/hybrid_training_job.h"
+#include "operator/controller/controller.h"
+#include "operator/reconciler/job_borrowing.h"
+#include "operator/reconciler/job_reconciler.h"
+
+namespace qsync::reconciler {
+
+struct JobReconciler::Pass {
+  nlohmann::json object;
+  api::HybridTrainingJob job;
+  api::HybridTrainingJobStatus old_status, status;
+  std::string ns, name, uid, now;
+  int64_t generation = 0;
+  std::vector<nlohmann::json> pods;  // owned by this job
+  std::vector<BorrowSource> sources;  // the borrowing entries
+  ElasticBounds bounds;
+  std::vector<nlohmann::json> nodes;  // read once per pass (elastic jobs)
+};
+
+namespace pass {
+
+std::string label(const nlohmann::json& o, const char* key);
+std::string name_of(const nlohmann::json& o);
+bool terminating(const nlohmann::json& o);
+std::string pod_phase(const nlohmann::json& pod);
+bool owned_by(const nlohmann::json& child, const std::string& uid);
+// The node a pod runs on (spec.nodeName) or was planned for (the qsync.dev/node annotation).
+std::string pod_node(const nlohmann::json& pod);
+controller::ReconcileResult requeue_after(std::chrono::milliseconds delay);
+
+}  // namespace pass
+}  // namespace qsync::reconciler

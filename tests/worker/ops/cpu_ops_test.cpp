@@ -1,0 +1,157 @@
+// File: tests/worker/ops/cpu_ops_test.cpp
+// The host implementation of the op interface beyond what the layer tests cover: the canonical
+// sum of squares (the global norm every rank computes alike), the matmul options (bias epilogue,
+// row sums of op(A)), quantization into the transposed layout, the loss-scale path of the
+// optimizer (unscaling, skipping a non-finite step), and dynamic loss scaling's schedule.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "worker/loss_scale.h"
+#include "worker/ops/cpu/cpu_kernels.h"
+#include "worker/ops/cpu_ops.h"
+#include "worker/optimizer.h"
+
+namespace qsync {
+namespace {
+
+Tensor host(const std::vector<float>& v, const Shape& s) {
+  Tensor t = Tensor::empty(s, Precision::FP32, nullptr);
+  for (size_t i = 0; i < v.size(); ++i) t.f32()[i] = v[i];
+  return t;
+}
+
+std::vector<float> normal(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> d;
+  std::vector<float> v(n);
+  for (float& x : v) x = d(rng);
+  return v;
+}
+
+// The tree is the definition: one block is halving order; several blocks add the block sums by
+// the same tree. Every square is exact, so small inputs are exact, and any input is within a few
+// ulp (log2(n) additions per path) of the exact sum.
+TEST(CanonicalSumOfSquares, FollowsTheDefinedTree) {
+  EXPECT_EQ(canonical_sum_of_squares(nullptr, 0), 0.0);
+  const std::vector<float> small = {1.0f, 2.0f, 3.0f};
+  EXPECT_EQ(canonical_sum_of_squares(small.data(), 3), 14.0);
+  for (int64_t n : {int64_t(1), int64_t(2047), int64_t(2048), int64_t(2049), int64_t(5000), int64_t(2048 * 2048 + 3)}) {
+    const std::vector<float> g = normal(size_t(n), uint32_t(n));
+    long double exact = 0;
+    for (float v : g) exact += (long double)v * (long double)v;
+    const double got = canonical_sum_of_squares(g.data(), n);
+    EXPECT_NEAR(got, double(exact), double(exact) * 1e-14) << n;
+    // One block: exactly the halving tree written out.
+    if (n <= CANONICAL_SUM_BLOCK) {
+      std::vector<double> v(size_t(CANONICAL_SUM_BLOCK), 0.0);
+      for (int64_t i = 0; i < n; ++i) v[size_t(i)] = double(g[size_t(i)]) * double(g[size_t(i)]);
+      for (int64_t half = CANONICAL_SUM_BLOCK / 2; half >= 1; half /= 2)
+        for (int64_t i = 0; i < half; ++i) v[size_t(i)] += v[size_t(i + half)];
+      EXPECT_EQ(got, v[0]) << n;
+    }
+  }
+}
+
+TEST(CpuOps, MatmulBiasAndRowSumsOfA) {
+  DeviceOps& ops = cpu_ops();
+  const int64_t m = 5, n = 3, k = 4;
+  const auto av = normal(size_t(k * m), 1), bv = normal(size_t(k * n), 2);
+  const Tensor a = host(av, {k, m}), b = host(bv, {k, n});  // op(a) = a^T (m, k), op(b) = b (k, n)
+  Tensor bias = host({1.0f, -2.0f, 0.5f}, {n});
+  Tensor c = Tensor::zeros({m, n}, Precision::FP32, nullptr);
+  Tensor sums = host(std::vector<float>(size_t(m), 10.0f), {m});
+  MatmulOptions o;
+  o.bias = &bias;
+  ops.matmul(a, Transpose::YES, b, Transpose::NO, c, o);
+  MatmulOptions rs;
+  rs.row_sums_of_a = &sums;
+  rs.beta = 1.0f;
+  Tensor c2 = Tensor::zeros({m, n}, Precision::FP32, nullptr);
+  ops.matmul(a, Transpose::YES, b, Transpose::NO, c2, rs);
+  for (int64_t i = 0; i < m; ++i) {
+    double row = 10.0;
+    for (int64_t p = 0; p < k; ++p) row += av[size_t(p * m + i)];
+    EXPECT_NEAR(sums.f32()[i], row, 1e-5) << i;
+    for (int64_t j = 0; j < n; ++j) {
+      double ref = 0;
+      for (int64_t p = 0; p < k; ++p) ref += double(av[size_t(p * m + i)]) * bv[size_t(p * n + j)];
+      EXPECT_NEAR(c.f32()[i * n + j], ref + bias.f32()[j], 1e-5) << i << ", " << j;
+      EXPECT_NEAR(c2.f32()[i * n + j], ref, 1e-5) << i << ", " << j;
+    }
+  }
+}
+
+// The transposed copy holds the transposed values with the same scale (one amax pass).
+TEST(CpuOps, QuantizeIntoTheTransposedLayout) {
+  DeviceOps& ops = cpu_ops();
+  const int64_t rows = 7, cols = 5;
+  const Tensor x = host(normal(size_t(rows * cols), 3), {rows, cols});
+  for (Precision p : {Precision::INT8, Precision::FP8_E4M3, Precision::FP8_E5M2}) {
+    Tensor q = Tensor::empty({rows, cols}, p, nullptr), qt = Tensor::empty({cols, rows}, p, nullptr);
+    if (p == Precision::INT8) {
+      Int8Quantization spec;
+      spec.rounding = Rounding::STOCHASTIC;
+      spec.seed = 9;
+      ops.quantize_int8(x, spec, q, &qt);
+    } else {
+      ops.quantize_fp8(x, q, &qt);
+    }
+    ASSERT_EQ(q.scale_mode, ScaleMode::PER_TENSOR);
+    EXPECT_EQ(qt.scale_data()[0], q.scale_data()[0]);
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < cols; ++c) EXPECT_EQ(qt.as<uint8_t>()[c * rows + r], q.as<uint8_t>()[r * cols + c]);
+  }
+}
+
+// With a loss scale S = 2^k the gradients carry S; the update unscales them exactly, so the
+// weights equal those of the unscaled step; a non-finite gradient skips the whole update.
+TEST(CpuOps, OptimizerUnscalesAndSkipsNonFiniteSteps) {
+  for (bool adamw : {true, false}) {
+    Parameter a, b;
+    a.name = "a";
+    a.value = host({0.5f, -0.25f, 1.0f}, {3});
+    a.grad = host({0.1f, -0.2f, 0.3f}, {3});
+    b.name = "b";
+    b.value = a.value.clone(nullptr);
+    b.grad = host({0.1f * 1024, -0.2f * 1024, 0.3f * 1024}, {3});
+    OptimizerConfig oc;
+    oc.kind = adamw ? OptimizerKind::ADAMW : OptimizerKind::SGD;
+    oc.grad_clip = 0.1;  // the clip factor comes from the unscaled norm
+    Optimizer plain(oc, {&a}, nullptr), scaled(oc, {&b}, nullptr);
+    plain.step(0);
+    scaled.step(0, 1.0f / 1024, true);
+    scaled.settle();
+    EXPECT_FALSE(scaled.last_result().skipped);
+    for (int i = 0; i < 3; ++i) EXPECT_EQ(a.value.f32()[i], b.value.f32()[i]) << i;
+    b.grad.f32()[1] = std::numeric_limits<float>::infinity();
+    const std::vector<float> before(b.value.f32(), b.value.f32() + 3);
+    scaled.step(1, 1.0f / 1024, true);
+    scaled.settle();
+    EXPECT_TRUE(scaled.last_result().skipped);
+    EXPECT_EQ(scaled.updates_applied(), 1) << "a skipped step is not counted";
+    for (int i = 0; i < 3; ++i) EXPECT_EQ(b.value.f32()[i], before[size_t(i)]) << i;
+  }
+}
+
+TEST(LossScaler, HalvesOnOverflowAndDoublesAfterCleanSteps) {
+  LossScaler none;
+  EXPECT_FALSE(none.enabled());
+  EXPECT_EQ(none.scale(), 1.0f);
+  LossScaler s(LossScaling::DYNAMIC);
+  EXPECT_EQ(s.scale(), 65536.0f);
+  s.update(true);
+  EXPECT_EQ(s.scale(), 32768.0f);
+  for (int64_t i = 0; i < LossScaler::GROWTH_INTERVAL - 1; ++i) s.update(false);
+  EXPECT_EQ(s.scale(), 32768.0f);
+  s.update(false);
+  EXPECT_EQ(s.scale(), 65536.0f);
+  EXPECT_EQ(s.state().clean_steps, 0);
+  EXPECT_EQ(s.inverse(), 1.0f / 65536.0f);
+}
+
+}  // namespace
+}  // namespace qsync

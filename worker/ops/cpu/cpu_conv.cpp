@@ -1,0 +1,182 @@
+// File: worker/ops/cpu/cpu_conv.cpp
+// CpuOps: Conv2d as GEMM over im2col, in chunks of S samples whose columns fit in cache.
+// Columns are (C*k*k, S*H'*W'), so im2col and col2im move contiguous image rows and the GEMMs
+// produce channel-major outputs:
+//   forward      y (O, S*H'W')       = W (O, CKK) cols (CKK, S*H'W')     NN, W is the A operand
+//   input grad   dcols (CKK, S*H'W') = W^T dy (O, S*H'W')                 TN
+//   weight grad  dW (O, CKK)        += dy (O, S*H'W') cols^T             NT
+#include <algorithm>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+
+#include "worker/layer.h"
+#include "worker/ops/cpu/cpu_kernels.h"
+#include "worker/ops/cpu_ops.h"
+
+namespace qsync {
+namespace {
+
+// One row of cols per tap (ci, ky, kx); within it, per sample and output row, a run of ow values
+// read from one input row: contiguous for stride 1, zero outside the image.
+template <class T>
+void im2col_typed(const T* src, int64_t s0, int64_t samples, const ConvGeometry& g, T* dst) {
+  const int64_t hw = g.oh * g.ow, cols = samples * hw, taps = g.c * g.k * g.k;
+#pragma omp parallel for schedule(static)
+  for (int64_t tap = 0; tap < taps; ++tap) {
+    const int64_t ci = tap / (g.k * g.k), ky = (tap / g.k) % g.k, kx = tap % g.k;
+    // Output columns whose input column xx = ox*stride - pad + kx lies in [0, w).
+    const int64_t lo = std::clamp<int64_t>((g.pad - kx + g.stride - 1) / g.stride, 0, g.ow);
+    const int64_t hi = std::clamp<int64_t>((g.w + g.pad - kx + g.stride - 1) / g.stride, lo, g.ow);
+    for (int64_t s = 0; s < samples; ++s) {
+      const T* plane = src + ((s0 + s) * g.c + ci) * g.h * g.w;
+      for (int64_t oy = 0; oy < g.oh; ++oy) {
+        T* out = dst + tap * cols + s * hw + oy * g.ow;
+        const int64_t yy = oy * g.stride - g.pad + ky;
+        if (yy < 0 || yy >= g.h) {
+          std::fill(out, out + g.ow, T(0));
+          continue;
+        }
+        const T* in = plane + yy * g.w - g.pad + kx;
+        std::fill(out, out + lo, T(0));
+        if (g.stride == 1) {
+          for (int64_t ox = lo; ox < hi; ++ox) out[ox] = in[ox];
+        } else {
+          for (int64_t ox = lo; ox < hi; ++ox) out[ox] = in[ox * g.stride];
+        }
+        std::fill(out + hi, out + g.ow, T(0));
+      }
+    }
+  }
+}
+
+// Samples per chunk: about 2048 GEMM columns, so a chunk's columns stay in L2.
+int64_t chunk_samples(const ConvGeometry& g) { return std::max<int64_t>(1, 2048 / (g.oh * g.ow)); }
+
+}  // namespace
+
+void im2col(const void* x, int elem, int64_t s0, int64_t samples, const ConvGeometry& g, void* cols) {
+  switch (elem) {
+    case 1: return im2col_typed(static_cast<const uint8_t*>(x), s0, samples, g, static_cast<uint8_t*>(cols));
+    case 2: return im2col_typed(static_cast<const uint16_t*>(x), s0, samples, g, static_cast<uint16_t*>(cols));
+    case 4: return im2col_typed(static_cast<const uint32_t*>(x), s0, samples, g, static_cast<uint32_t*>(cols));
+    default: throw std::invalid_argument("im2col: unsupported element size " + std::to_string(elem));
+  }
+}
+
+void col2im_add(const float* src, int64_t s0, int64_t samples, const ConvGeometry& g, float* dx) {
+  const int64_t hw = g.oh * g.ow, cols = samples * hw;
+  // One thread per (sample, channel) plane: no two threads write the same dx element, and each
+  // element's additions run in a fixed order.
+#pragma omp parallel for schedule(static)
+  for (int64_t sc = 0; sc < samples * g.c; ++sc) {
+    const int64_t s = sc / g.c, ci = sc % g.c;
+    float* plane = dx + ((s0 + s) * g.c + ci) * g.h * g.w;
+    for (int64_t ky = 0; ky < g.k; ++ky)
+      for (int64_t kx = 0; kx < g.k; ++kx) {
+        const int64_t tap = (ci * g.k + ky) * g.k + kx;
+        const int64_t lo = std::clamp<int64_t>((g.pad - kx + g.stride - 1) / g.stride, 0, g.ow);
+        const int64_t hi = std::clamp<int64_t>((g.w + g.pad - kx + g.stride - 1) / g.stride, lo, g.ow);
+        for (int64_t oy = 0; oy < g.oh; ++oy) {
+          const int64_t yy = oy * g.stride - g.pad + ky;
+          if (yy < 0 || yy >= g.h) continue;
+          const float* in = src + tap * cols + s * hw + oy * g.ow;
+          float* out = plane + yy * g.w - g.pad + kx;
+          for (int64_t ox = lo; ox < hi; ++ox) out[ox * g.stride] += in[ox];
+        }
+      }
+  }
+}
+
+// per chunk of S samples, cols (CKK, S*H'W') = im2col(x); y_cm (O, S*H'W') = W cols;
+// y (S, O, H', W') = y_cm by sample, + b
+void CpuOps::conv2d_forward(const Tensor& xc, const Tensor& wc, const Tensor* bias, const ConvGeometry& g, Tensor& y,
+                            StepContext& ctx, const std::string& layer) {
+  const int64_t batch = xc.dim(0), hw = g.oh * g.ow, ckk = g.c * g.k * g.k, o = wc.dim(0);
+  const int64_t chunk = std::min(batch, chunk_samples(g));
+  const int elem = precision_bytes(xc.precision());
+  Tensor cols = Tensor::empty({ckk, chunk * hw}, xc.precision(), ctx.memory, layer + " im2col");
+  Tensor y_cm = Tensor::empty({o, chunk * hw}, Precision::FP32, ctx.memory, layer + " output (channel-major)");
+  const float* b = bias != nullptr ? bias->f32() : nullptr;
+  for (int64_t s0 = 0; s0 < batch; s0 += chunk) {
+    const int64_t n = std::min(chunk, batch - s0);
+    Tensor cols_n = cols.prefix({ckk, n * hw});  // (CKK, n*H'W')
+    cols_n.scale_mode = xc.scale_mode;
+    cols_n.scales = xc.scales;
+    {
+      OpClock clock(ctx, layer + ".im2col");
+      im2col(xc.data(), elem, s0, n, g, cols_n.data());
+    }
+    Tensor y_n = y_cm.prefix({o, n * hw});
+    {
+      OpClock clock(ctx, layer + ".gemm_forward");
+      matmul(wc, Transpose::NO, cols_n, Transpose::NO, y_n, {});  // (O, n*H'W')
+    }
+    const float* src = y_cm.f32();
+    float* dst = y.f32() + s0 * o * hw;
+    for (int64_t s = 0; s < n; ++s)
+      for (int64_t oc = 0; oc < o; ++oc) {
+        const float* row = src + oc * n * hw + s * hw;
+        float* out = dst + (s * o + oc) * hw;
+        const float bv = b ? b[oc] : 0.0f;
+        for (int64_t p = 0; p < hw; ++p) out[p] = row[p] + bv;
+      }
+  }
+}
+
+// per chunk, dy_cm (O, S*H'W') = dy by channel; dcols = W^T dy_cm; dx += col2im(dcols);
+// dW (O, CKK) += dy_cm cols^T; db (O) += sum dy
+void CpuOps::conv2d_backward(const Conv2dBackward& a, const ConvGeometry& g, StepContext& ctx,
+                             const std::string& layer) {
+  const Tensor& dy = *a.dy;
+  const Tensor& xb = *a.x;
+  const Tensor& wb = *a.w;
+  const int64_t batch = dy.dim(0), hw = g.oh * g.ow, ckk = g.c * g.k * g.k, o = wb.dim(0);
+  fill_zero(*a.dx);
+  const int64_t chunk = std::min(batch, chunk_samples(g));
+  const int elem = precision_bytes(xb.precision());
+  const float* gp = dy.f32();
+  if (a.db != nullptr) {
+    float* db = a.db->f32();
+    for (int64_t s = 0; s < batch; ++s)
+      for (int64_t oc = 0; oc < o; ++oc) {
+        float sum = 0.0f;
+        for (int64_t p = 0; p < hw; ++p) sum += gp[(s * o + oc) * hw + p];
+        db[oc] += sum;
+      }
+  }
+  Tensor dy_cm = Tensor::empty({o, chunk * hw}, Precision::FP32, ctx.memory, layer + " gradient (channel-major)");
+  Tensor dcols = Tensor::empty({ckk, chunk * hw}, Precision::FP32, ctx.memory, layer + " column gradient");
+  Tensor cols = Tensor::empty({ckk, chunk * hw}, xb.precision(), ctx.memory, layer + " im2col");
+  for (int64_t s0 = 0; s0 < batch; s0 += chunk) {
+    const int64_t n = std::min(chunk, batch - s0);
+    const Tensor dy_n = dy_cm.prefix({o, n * hw});
+    float* gc_rows = dy_cm.f32();
+    for (int64_t oc = 0; oc < o; ++oc)
+      for (int64_t s = 0; s < n; ++s)
+        std::memcpy(gc_rows + oc * n * hw + s * hw, gp + ((s0 + s) * o + oc) * hw, size_t(hw) * sizeof(float));
+    const Tensor gc = a.cast_dy(dy_n);  // (O, n*H'W') backward precision
+    {
+      OpClock clock(ctx, layer + ".gemm_input_grad");
+      Tensor dcols_n = dcols.prefix({ckk, n * hw});
+      matmul(wb, Transpose::YES, gc, Transpose::NO, dcols_n, {});  // (CKK, n*H'W')
+    }
+    {
+      OpClock clock(ctx, layer + ".col2im");
+      col2im_add(dcols.f32(), s0, n, g, a.dx->f32());
+    }
+    Tensor cols_n = cols.prefix({ckk, n * hw});
+    cols_n.scale_mode = xb.scale_mode;
+    cols_n.scales = xb.scales;
+    {
+      OpClock clock(ctx, layer + ".im2col");
+      im2col(xb.data(), elem, s0, n, g, cols_n.data());
+    }
+    OpClock clock(ctx, layer + ".gemm_weight_grad");
+    MatmulOptions accumulate;
+    accumulate.beta = 1.0f;
+    matmul(gc, Transpose::NO, cols_n, Transpose::YES, *a.dw, accumulate);  // (O, CKK)
+  }
+}
+
+}  // namespace qsync

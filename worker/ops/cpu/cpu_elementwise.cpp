@@ -1,0 +1,178 @@
+// File: worker/ops/cpu/cpu_elementwise.cpp
+// CpuOps: ReLU, exact-erf GELU, residual add, dropout, per-sample transposes, broadcast adds and
+// the batch / row sums of positional tables and biases. Forward beside backward.
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+
+#include "worker/layers/layer_seed.h"
+#include "worker/ops/cpu/vector_math.h"
+#include "worker/ops/cpu_ops.h"
+
+namespace qsync {
+namespace {
+
+int64_t batch_of(const Tensor& t) { return t.rank() == 0 ? 1 : t.dim(0); }
+
+constexpr float INV_SQRT2 = 0.70710678118654752440f;
+constexpr float INV_SQRT_2PI = 0.39894228040143267794f;
+// Elementwise GELU work runs in chunks through the vector erf/exp of vector_math.h.
+constexpr int64_t GELU_CHUNK = 1024;
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// ReLU: y = max(x, 0), mask = x > 0
+
+void CpuOps::relu_forward(const Tensor& x, Tensor& y, Tensor* mask) {
+  const int64_t n = x.numel(), B = batch_of(x);  // x (B, N...)
+  const float* xp = x.f32();
+  float* yp = y.f32();
+  uint8_t* mp = mask != nullptr ? mask->as<uint8_t>() : nullptr;
+  const int64_t per_sample = B > 0 ? n / B : 0;
+#pragma omp parallel for if (n > (1 << 16))
+  for (int64_t b = 0; b < B; ++b) {
+    const float* xb = xp + b * per_sample;
+    float* yb = yp + b * per_sample;
+    for (int64_t i = 0; i < per_sample; ++i) yb[i] = xb[i] > 0.0f ? xb[i] : 0.0f;
+    if (mp) {
+      uint8_t* mb = mp + b * per_sample;
+      for (int64_t i = 0; i < per_sample; ++i) mb[i] = xb[i] > 0.0f ? 1 : 0;
+    }
+  }
+}
+
+void CpuOps::relu_backward(const Tensor& dy, const Tensor& mask, Tensor& dx) {
+  const int64_t B = batch_of(dy), per_sample = B > 0 ? dy.numel() / B : 0;
+  const float* dyp = dy.f32();
+  const uint8_t* mp = mask.as<uint8_t>();
+  float* dxp = dx.f32();
+#pragma omp parallel for if (dy.numel() > (1 << 16))
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t i = b * per_sample; i < (b + 1) * per_sample; ++i) dxp[i] = mp[i] ? dyp[i] : 0.0f;
+}
+
+// ---------------------------------------------------------------------------------------------
+// GELU (exact): y = x * Phi(x), Phi(x) = 0.5 (1 + erf(x / sqrt 2));  dy/dx = Phi(x) + x * phi(x),
+// phi(x) = exp(-x^2 / 2) / sqrt(2 pi)
+
+void CpuOps::gelu_forward(const Tensor& x, Tensor& y) {
+  const int64_t n = x.numel();
+  const float* xp = x.f32();
+  float* yp = y.f32();
+#pragma omp parallel for if (n > (1 << 14)) schedule(static)
+  for (int64_t c = 0; c < (n + GELU_CHUNK - 1) / GELU_CHUNK; ++c) {
+    const int64_t begin = c * GELU_CHUNK, len = std::min(GELU_CHUNK, n - begin);
+    float t[GELU_CHUNK];
+    for (int64_t i = 0; i < len; ++i) t[i] = xp[begin + i] * INV_SQRT2;
+    erf_buffer(t, t, len);
+    for (int64_t i = 0; i < len; ++i) yp[begin + i] = 0.5f * xp[begin + i] * (1.0f + t[i]);
+  }
+}
+
+void CpuOps::gelu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) {
+  const int64_t n = dy.numel();
+  const float* xp = x.f32();
+  const float* dyp = dy.f32();
+  float* dxp = dx.f32();
+#pragma omp parallel for if (n > (1 << 14)) schedule(static)
+  for (int64_t c = 0; c < (n + GELU_CHUNK - 1) / GELU_CHUNK; ++c) {
+    const int64_t begin = c * GELU_CHUNK, len = std::min(GELU_CHUNK, n - begin);
+    float cdf[GELU_CHUNK], pdf[GELU_CHUNK];
+    for (int64_t i = 0; i < len; ++i) {
+      cdf[i] = xp[begin + i] * INV_SQRT2;
+      pdf[i] = -0.5f * xp[begin + i] * xp[begin + i];
+    }
+    erf_buffer(cdf, cdf, len);
+    exp_buffer(pdf, pdf, len);
+    for (int64_t i = 0; i < len; ++i) {
+      const float v = xp[begin + i];
+      dxp[begin + i] = dyp[begin + i] * (0.5f * (1.0f + cdf[i]) + v * INV_SQRT_2PI * pdf[i]);
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Residual add: out = a + b
+
+void CpuOps::add(const Tensor& a, const Tensor& b, Tensor& out) {
+  const float* ap = a.f32();
+  const float* bp = b.f32();
+  float* op = out.f32();
+  const int64_t n = a.numel();
+#pragma omp parallel for if (n > (1 << 16))
+  for (int64_t i = 0; i < n; ++i) op[i] = ap[i] + bp[i];
+}
+
+// ---------------------------------------------------------------------------------------------
+// Dropout (see worker/layers/dropout.h for the mask's definition)
+
+void CpuOps::dropout_forward(const Tensor& x, double p, uint64_t key, Tensor& y, Tensor& mask) {
+  const int64_t B = batch_of(x), per_sample = B > 0 ? x.numel() / B : 0;
+  const float scale = p < 1.0 ? float(1.0 / (1.0 - p)) : 0.0f;
+  const float* xp = x.f32();
+  float* yp = y.f32();
+  uint8_t* mp = mask.as<uint8_t>();
+#pragma omp parallel for if (x.numel() > (1 << 14))
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t i = b * per_sample; i < (b + 1) * per_sample; ++i) {
+      const uint8_t keep = hash_to_unit(counter_hash(key, uint64_t(i))) >= p ? 1 : 0;
+      mp[i] = keep;
+      yp[i] = keep ? xp[i] * scale : 0.0f;
+    }
+}
+
+void CpuOps::dropout_backward(const Tensor& dy, const Tensor& mask, double p, Tensor& dx) {
+  const float scale = p < 1.0 ? float(1.0 / (1.0 - p)) : 0.0f;
+  const int64_t B = batch_of(dy), per_sample = B > 0 ? dy.numel() / B : 0;
+  const float* dyp = dy.f32();
+  const uint8_t* mp = mask.as<uint8_t>();
+  float* dxp = dx.f32();
+#pragma omp parallel for if (dy.numel() > (1 << 14))
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t i = b * per_sample; i < (b + 1) * per_sample; ++i) dxp[i] = mp[i] ? dyp[i] * scale : 0.0f;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Moves and sums
+
+void CpuOps::transpose_batched(const Tensor& src, Tensor& dst, int64_t B, int64_t rows, int64_t cols) {
+  const float* s0 = src.f32();
+  float* d0 = dst.f32();
+#pragma omp parallel for if (B * rows * cols > (1 << 16))
+  for (int64_t b = 0; b < B; ++b) {
+    const float* s = s0 + b * rows * cols;
+    float* d = d0 + b * rows * cols;
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < cols; ++c) d[c * rows + r] = s[r * cols + c];
+  }
+}
+
+void CpuOps::add_broadcast(const Tensor& x, const Tensor& table, Tensor& y) {
+  const int64_t B = batch_of(x), TC = table.numel();
+  const float* xp = x.f32();
+  const float* wp = table.f32();
+  float* yp = y.f32();
+#pragma omp parallel for if (B * TC > (1 << 16))
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t i = 0; i < TC; ++i) yp[b * TC + i] = xp[b * TC + i] + wp[i];
+}
+
+void CpuOps::sum_batch_into(const Tensor& dy, Tensor& table) {
+  const int64_t B = batch_of(dy), TC = table.numel();
+  const float* dyp = dy.f32();
+  float* dw = table.f32();
+  // Each element of the table sums the batch in order (the outer loop stays serial).
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t i = 0; i < TC; ++i) dw[i] += dyp[b * TC + i];
+}
+
+void CpuOps::bias_grad_rows(const Tensor& dy, Tensor& db) {
+  const int64_t N = db.numel(), M = N > 0 ? dy.numel() / N : 0;
+  float* d = db.f32();
+  const float* g = dy.f32();
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t j = 0; j < N; ++j) d[j] += g[i * N + j];
+}
+
+}  // namespace qsync

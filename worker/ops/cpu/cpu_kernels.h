@@ -1,0 +1,37 @@
+// File: worker/ops/cpu/cpu_kernels.h
+// Host kernels that other code shares with CpuOps: the layer-norm rows (tensor-parallel
+// inference, worker/tp/, runs the same arithmetic), im2col / col2im (calibration measures the
+// im2col norm of Conv2d inputs), and the canonical sum of squares of the optimizer's global
+// gradient norm (CudaOps computes the same tree, so every rank of a mixed job clips alike).
+#pragma once
+
+#include <cstdint>
+
+#include "worker/ops/device_ops.h"
+
+namespace qsync {
+
+// Layer norm's epsilon, PyTorch's default (every implementation uses this one).
+inline constexpr float LAYERNORM_EPS = 1e-5f;
+
+// The forward over `rows` rows of C values, the one definition of the arithmetic (training and
+// tensor-parallel inference share it): y (rows, C); xhat (rows, C) and rstd (rows) are written
+// when not null.
+void layernorm_rows(const float* x, const float* weight, const float* bias, int64_t rows, int64_t C, float* y,
+                    float* xhat = nullptr, float* rstd = nullptr);
+
+// im2col of samples [s0, s0 + S) of x (B, C, H, W) with `elem` bytes per element into
+// cols (C*k*k, S*H'*W'); out-of-image taps are zero bytes (0 in every format we use).
+void im2col(const void* x, int elem, int64_t s0, int64_t samples, const ConvGeometry& g, void* cols);
+// Adds cols (C*k*k, S*H'*W') FP32 back into dx (B, C, H, W) for samples [s0, s0 + S).
+void col2im_add(const float* cols, int64_t s0, int64_t samples, const ConvGeometry& g, float* dx);
+
+// sum of g[i]^2 in double over n values, in the canonical order: blocks of
+// CANONICAL_SUM_BLOCK values (the last one padded with zeros) each reduced by halving
+// (v[i] += v[i + half] for half = BLOCK/2, ..., 1), then the block sums reduced the same way in
+// groups of BLOCK, level after level, until one value is left. Every square is exact in double
+// and additions of zero are exact, so any implementation of this tree gives the same bits.
+inline constexpr int64_t CANONICAL_SUM_BLOCK = 2048;
+double canonical_sum_of_squares(const float* g, int64_t n);
+
+}  // namespace qsync

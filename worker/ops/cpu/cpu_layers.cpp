@@ -1,0 +1,251 @@
+// File: worker/ops/cpu/cpu_layers.cpp
+// CpuOps: layer norm (after llm.c's layernorm_forward/backward), token + position embeddings,
+// max pooling and global average pooling. Forward beside backward.
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <stdexcept>
+#include <string>
+
+#include "worker/ops/cpu/cpu_kernels.h"
+#include "worker/ops/cpu_ops.h"
+
+namespace qsync {
+
+// ---------------------------------------------------------------------------------------------
+// LayerNorm
+
+void layernorm_rows(const float* x, const float* weight, const float* bias, int64_t rows, int64_t C, float* y,
+                    float* xhat, float* rstd) {
+#pragma omp parallel for if (rows * C > (1 << 14))
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* xr = x + r * C;
+    float* yr = y + r * C;
+    float mean = 0.0f;
+    for (int64_t c = 0; c < C; ++c) mean += xr[c];
+    mean /= float(C);
+    float var = 0.0f;
+    for (int64_t c = 0; c < C; ++c) {
+      const float d = xr[c] - mean;
+      var += d * d;
+    }
+    var /= float(C);
+    const float s = 1.0f / std::sqrt(var + LAYERNORM_EPS);
+    for (int64_t c = 0; c < C; ++c) {
+      const float n = (xr[c] - mean) * s;
+      yr[c] = n * weight[c] + bias[c];
+      if (xhat) xhat[r * C + c] = n;
+    }
+    if (rstd) rstd[r] = s;
+  }
+}
+
+void CpuOps::layernorm_forward(const Tensor& x, const Tensor& w, const Tensor& b, float eps, Tensor& y, Tensor* xhat,
+                               Tensor* rstd) {
+  if (eps != LAYERNORM_EPS)
+    throw std::logic_error("layernorm_forward: the engine's layer norm uses eps " + std::to_string(LAYERNORM_EPS) +
+                           ", got " + std::to_string(eps));
+  const int64_t C = w.numel(), R = x.numel() / C;
+  layernorm_rows(x.f32(), w.f32(), b.f32(), R, C, y.f32(), xhat ? xhat->f32() : nullptr, rstd ? rstd->f32() : nullptr);
+}
+
+void CpuOps::layernorm_backward(const Tensor& dy, const Tensor& xhat_t, const Tensor& rstd_t, const Tensor& w_t,
+                                Tensor& dx_t, Tensor& dw_t, Tensor& db_t) {
+  const int64_t C = w_t.numel(), R = dy.numel() / C;
+  const float* dyp = dy.f32();
+  const float* xhat = xhat_t.f32();
+  const float* rstd = rstd_t.f32();
+  const float* w = w_t.f32();
+  float* dxp = dx_t.f32();
+
+  // dx, row by row: dx = rstd * (dnorm - mean(dnorm) - xhat * mean(dnorm * xhat)), dnorm = w * dy
+#pragma omp parallel for if (dy.numel() > (1 << 14))
+  for (int64_t r = 0; r < R; ++r) {
+    const float* dyr = dyp + r * C;
+    const float* nr = xhat + r * C;
+    float* dxr = dxp + r * C;
+    float dnorm_mean = 0.0f, dnorm_norm_mean = 0.0f;
+    for (int64_t c = 0; c < C; ++c) {
+      const float dnorm = w[c] * dyr[c];
+      dnorm_mean += dnorm;
+      dnorm_norm_mean += dnorm * nr[c];
+    }
+    dnorm_mean /= float(C);
+    dnorm_norm_mean /= float(C);
+    for (int64_t c = 0; c < C; ++c) dxr[c] = rstd[r] * (w[c] * dyr[c] - dnorm_mean - nr[c] * dnorm_norm_mean);
+  }
+
+  // dweight += sum_rows dy * xhat, dbias += sum_rows dy: each thread owns a block of channels and
+  // walks the rows in order, so the sums do not depend on the thread count.
+  float* dw = dw_t.f32();
+  float* db = db_t.f32();
+  constexpr int64_t BLOCK = 64;
+  const int64_t blocks = (C + BLOCK - 1) / BLOCK;
+#pragma omp parallel for if (dy.numel() > (1 << 14))
+  for (int64_t blk = 0; blk < blocks; ++blk) {
+    const int64_t c0 = blk * BLOCK, c1 = c0 + BLOCK < C ? c0 + BLOCK : C;
+    for (int64_t r = 0; r < R; ++r)
+      for (int64_t c = c0; c < c1; ++c) {
+        dw[c] += dyp[r * C + c] * xhat[r * C + c];
+        db[c] += dyp[r * C + c];
+      }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Embedding
+
+void CpuOps::embedding_ids(const Tensor& x, int64_t vocab, Tensor& ids, const std::string& layer) {
+  const int64_t T = x.rank() > 1 ? x.dim(1) : 1, n = x.numel();
+  // Serially: the error names the first bad position.
+  const float* xp = x.f32();
+  int32_t* ip = ids.as<int32_t>();
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = xp[i];
+    if (!(v >= 0.0f && v < float(vocab)) || v != std::floor(v))
+      throw std::invalid_argument("layer '" + layer + "': token id " + std::to_string(v) + " at (batch " +
+                                  std::to_string(i / T) + ", position " + std::to_string(i % T) +
+                                  ") is not an integer in [0, " + std::to_string(vocab) +
+                                  "); check the data's vocabulary against the model's input.vocab");
+    ip[i] = int32_t(v);
+  }
+}
+
+void CpuOps::embedding_forward(const Tensor& ids, const Tensor& wte_t, const Tensor& wpe_t, Tensor& y) {
+  const int64_t B = ids.dim(0), T = ids.dim(1), C = wpe_t.dim(1);
+  const int32_t* ip = ids.as<int32_t>();
+  const float* wte = wte_t.f32();
+  const float* wpe = wpe_t.f32();
+  float* yp = y.f32();
+#pragma omp parallel for if (B * T * C > (1 << 16))
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = 0; t < T; ++t) {
+      const float* e = wte + int64_t(ip[b * T + t]) * C;
+      const float* p = wpe + t * C;
+      float* out = yp + (b * T + t) * C;
+      for (int64_t c = 0; c < C; ++c) out[c] = e[c] + p[c];
+    }
+}
+
+void CpuOps::embedding_backward(const Tensor& dy, const Tensor& ids, Tensor& dwte_t, Tensor& dwpe_t) {
+  const int64_t B = ids.dim(0), T = ids.dim(1), C = dwpe_t.dim(1);
+  const float* dyp = dy.f32();
+  const int32_t* ip = ids.as<int32_t>();
+  // Token table: rows collide when ids repeat, so one pass in (b, t) order.
+  float* dwte = dwte_t.f32();
+  for (int64_t i = 0; i < B * T; ++i) {
+    float* row = dwte + int64_t(ip[i]) * C;
+    const float* g = dyp + i * C;
+    for (int64_t c = 0; c < C; ++c) row[c] += g[c];
+  }
+  // Position table: each t owned by one thread, batch summed in order.
+  float* dwpe = dwpe_t.f32();
+#pragma omp parallel for if (B * T * C > (1 << 16))
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t b = 0; b < B; ++b) {
+      const float* g = dyp + (b * T + t) * C;
+      for (int64_t c = 0; c < C; ++c) dwpe[t * C + c] += g[c];
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// MaxPool2d: padded cells never win; ties go to the first cell in row-major window order
+
+void CpuOps::maxpool_forward(const Tensor& x, const PoolGeometry& g, Tensor& y, Tensor* argmax) {
+  const int64_t B = x.dim(0), C = g.c, H = g.h, W = g.w, Ho = g.oh, Wo = g.ow;
+  const int64_t K = g.kernel, S = g.stride, P = g.pad;
+  int32_t* ap = argmax != nullptr ? argmax->as<int32_t>() : nullptr;
+  const float* xp = x.f32();
+  float* yp = y.f32();
+#pragma omp parallel for collapse(2)
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t c = 0; c < C; ++c) {
+      const float* plane = xp + (b * C + c) * H * W;  // (H, W)
+      const int64_t out_base = (b * C + c) * Ho * Wo;
+      for (int64_t oh = 0; oh < Ho; ++oh)
+        for (int64_t ow = 0; ow < Wo; ++ow) {
+          float best = -std::numeric_limits<float>::infinity();
+          int64_t best_index = -1;
+          for (int64_t kh = 0; kh < K; ++kh) {
+            const int64_t h = oh * S - P + kh;
+            if (h < 0 || h >= H) continue;
+            for (int64_t kw = 0; kw < K; ++kw) {
+              const int64_t w = ow * S - P + kw;
+              if (w < 0 || w >= W) continue;
+              const float v = plane[h * W + w];
+              // NaN propagates (as in PyTorch): a NaN wins over any number.
+              if (best_index < 0 || v > best || (v != v && best == best)) {
+                best = v;
+                best_index = h * W + w;
+              }
+            }
+          }
+          yp[out_base + oh * Wo + ow] = best;
+          if (ap) ap[out_base + oh * Wo + ow] = int32_t(best_index);
+        }
+    }
+}
+
+void CpuOps::maxpool_backward(const Tensor& dy, const Tensor& argmax, const PoolGeometry& g, Tensor& dx) {
+  const int64_t B = dy.dim(0), C = g.c, H = g.h, W = g.w, Ho = g.oh, Wo = g.ow;
+  std::memset(dx.data(), 0, size_t(dx.bytes()));
+  const float* dyp = dy.f32();
+  const int32_t* ap = argmax.as<int32_t>();
+  float* dxp = dx.f32();
+  // Each (b, c) plane is owned by one thread; overlapping windows add in a fixed order.
+#pragma omp parallel for collapse(2)
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t c = 0; c < C; ++c) {
+      const int64_t out_base = (b * C + c) * Ho * Wo;
+      float* plane = dxp + (b * C + c) * H * W;
+      for (int64_t o = 0; o < Ho * Wo; ++o) plane[ap[out_base + o]] += dyp[out_base + o];
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// GlobalAvgPool: images (B, C, N) or tokens (B, N, C) -> (B, C)
+
+void CpuOps::avgpool_forward(const Tensor& x, int64_t C, int64_t N, bool tokens, Tensor& y) {
+  const int64_t B = x.dim(0);
+  const float* xp = x.f32();
+  float* yp = y.f32();
+  const float inv = 1.0f / float(N);
+#pragma omp parallel for if (x.numel() > (1 << 16))
+  for (int64_t b = 0; b < B; ++b) {
+    const float* xb = xp + b * C * N;
+    float* yb = yp + b * C;
+    if (tokens) {  // xb: (T, C)
+      for (int64_t c = 0; c < C; ++c) yb[c] = 0.0f;
+      for (int64_t t = 0; t < N; ++t)
+        for (int64_t c = 0; c < C; ++c) yb[c] += xb[t * C + c];
+      for (int64_t c = 0; c < C; ++c) yb[c] *= inv;
+    } else {  // xb: (C, H * W)
+      for (int64_t c = 0; c < C; ++c) {
+        float s = 0.0f;
+        for (int64_t i = 0; i < N; ++i) s += xb[c * N + i];
+        yb[c] = s * inv;
+      }
+    }
+  }
+}
+
+void CpuOps::avgpool_backward(const Tensor& dy, int64_t C, int64_t N, bool tokens, Tensor& dx) {
+  const int64_t B = dy.dim(0);
+  const float* dyp = dy.f32();
+  float* dxp = dx.f32();
+  const float inv = 1.0f / float(N);
+#pragma omp parallel for if (dx.numel() > (1 << 16))
+  for (int64_t b = 0; b < B; ++b) {
+    const float* dyb = dyp + b * C;
+    float* dxb = dxp + b * C * N;
+    if (tokens) {
+      for (int64_t t = 0; t < N; ++t)
+        for (int64_t c = 0; c < C; ++c) dxb[t * C + c] = dyb[c] * inv;
+    } else {
+      for (int64_t c = 0; c < C; ++c)
+        for (int64_t i = 0; i < N; ++i) dxb[c * N + i] = dyb[c] * inv;
+    }
+  }
+}
+
+}  // namespace qsync

@@ -1,0 +1,145 @@
+// File: worker/ops/cpu/cpu_precision.cpp
+// CpuOps: the precision primitives (16-bit conversion and rounding, INT8 and FP8 quantization,
+// INT8 dequantization, transposes) on the vectorized kernels of kernels/.
+#include <algorithm>
+#include <cstring>
+#include <stdexcept>
+#include <vector>
+
+#include "kernels/float_convert.h"
+#include "kernels/quantize.h"
+#include "worker/ops/cpu_ops.h"
+
+namespace qsync {
+namespace {
+
+int64_t rows_of(const Tensor& t) { return t.rank() == 0 ? 1 : t.numel() / t.shape().back(); }
+int64_t cols_of(const Tensor& t) { return t.rank() == 0 ? 1 : t.shape().back(); }
+
+constexpr int64_t CHUNK = 4096;  // cache-sized pieces of the conversions through FP32 buffers
+
+// In place, FP32 values rounded to the 16-bit format p and back.
+void round_buffer(float* x, int64_t n, Precision p) {
+  uint16_t buf[CHUNK];
+  for (int64_t i = 0; i < n; i += CHUNK) {
+    const int64_t len = std::min(CHUNK, n - i);
+    if (p == Precision::BF16) {
+      convert_fp32_to_bf16(x + i, buf, len);
+      convert_bf16_to_fp32(buf, x + i, len);
+    } else {
+      convert_fp32_to_fp16(x + i, buf, len);
+      convert_fp16_to_fp32(buf, x + i, len);
+    }
+  }
+}
+
+void transpose_bytes(const void* src, void* dst, int64_t rows, int64_t cols, int elem) {
+  const auto* s = static_cast<const char*>(src);
+  auto* d = static_cast<char*>(dst);
+#pragma omp parallel for if (rows * cols > (1 << 16))
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) std::memcpy(d + (c * rows + r) * elem, s + (r * cols + c) * elem, size_t(elem));
+}
+
+void check_same_numel(const Tensor& a, const Tensor& b, const char* op) {
+  if (a.numel() != b.numel())
+    throw std::invalid_argument(std::string(op) + ": " + std::to_string(a.numel()) + " values into a tensor of " +
+                                std::to_string(b.numel()));
+}
+
+}  // namespace
+
+void CpuOps::convert(const Tensor& src, Tensor& dst) {
+  check_same_numel(src, dst, "convert");
+  const int64_t n = src.numel();
+  const Precision from = src.precision(), to = dst.precision();
+  if (from == Precision::FP32 && to == Precision::BF16) convert_fp32_to_bf16(src.f32(), dst.as<uint16_t>(), n);
+  else if (from == Precision::FP32 && to == Precision::FP16) convert_fp32_to_fp16(src.f32(), dst.as<uint16_t>(), n);
+  else if (from == Precision::BF16 && to == Precision::FP32) convert_bf16_to_fp32(src.as<uint16_t>(), dst.f32(), n);
+  else if (from == Precision::FP16 && to == Precision::FP32) convert_fp16_to_fp32(src.as<uint16_t>(), dst.f32(), n);
+  else
+    throw std::logic_error(std::string("convert: no conversion from ") + precision_name(from) + " to " +
+                           precision_name(to) + " (fp32 <-> bf16 / fp16 only)");
+}
+
+void CpuOps::round_to_sixteen_bit(Tensor& x, Precision p) {
+  if (p != Precision::BF16 && p != Precision::FP16)
+    throw std::logic_error(std::string("round_to_sixteen_bit: ") + precision_name(p) + " is not a 16-bit format");
+  round_buffer(x.f32(), x.numel(), p);
+}
+
+void CpuOps::quantize_int8(const Tensor& x, const Int8Quantization& spec, Tensor& q, Tensor* q_transposed) {
+  check_same_numel(x, q, "quantize_int8");
+  if (spec.per_row) {
+    const int64_t rows = rows_of(x), cols = cols_of(x);
+    std::vector<float> scales(static_cast<size_t>(rows));
+    amax_rows(x.f32(), rows, cols, scales.data());
+    for (float& s : scales) s = int8_scale_from_amax(s, spec.qmax);
+    quantize_int8_rows(x.f32(), q.as<int8_t>(), rows, cols, scales.data(), spec.rounding, spec.seed);
+    q.scale_mode = ScaleMode::PER_CHANNEL;
+    q.scales = Tensor::host_scales(scales);
+    if (q_transposed != nullptr)
+      throw std::logic_error("quantize_int8: a transposed copy of per-row scales would be per column");
+    return;
+  }
+  const float s = int8_scale_from_amax(amax(x.f32(), x.numel()), spec.qmax);
+  qsync::quantize_int8(x.f32(), q.as<int8_t>(), x.numel(), s, spec.rounding, spec.seed);
+  q.scale_mode = ScaleMode::PER_TENSOR;
+  q.scales = Tensor::host_scales({s});
+  if (q_transposed != nullptr) transpose(q, *q_transposed);
+}
+
+void CpuOps::quantize_fp8(const Tensor& x, Tensor& q, Tensor* q_transposed) {
+  check_same_numel(x, q, "quantize_fp8");
+  const Precision p = q.precision();
+  if (p != Precision::FP8_E4M3 && p != Precision::FP8_E5M2)
+    throw std::logic_error(std::string("quantize_fp8: ") + precision_name(p) + " is not an fp8 format");
+  const float s = fp8_scale_from_amax(amax(x.f32(), x.numel()), precision_traits(p).max_finite);
+  if (p == Precision::FP8_E4M3) convert_fp32_to_e4m3(x.f32(), q.as<uint8_t>(), x.numel(), 1.0f / s);
+  else convert_fp32_to_e5m2(x.f32(), q.as<uint8_t>(), x.numel(), 1.0f / s);
+  q.scale_mode = ScaleMode::PER_TENSOR;
+  q.scales = Tensor::host_scales({s});
+  if (q_transposed != nullptr) transpose(q, *q_transposed);
+}
+
+void CpuOps::dequantize_int8(const Tensor& q, Tensor& out, Precision round_to) {
+  check_same_numel(q, out, "dequantize_int8");
+  if (q.precision() != Precision::INT8 || !q.scales)
+    throw std::logic_error("dequantize_int8: the source must be INT8 with scales");
+  const Precision storage = out.precision();
+  const bool sixteen = storage == Precision::BF16 || storage == Precision::FP16;
+  if (!sixteen && storage != Precision::FP32)
+    throw std::logic_error(std::string("dequantize_int8: no output in ") + precision_name(storage));
+  const int64_t rows = rows_of(q), cols = cols_of(q);
+  const bool per_row = q.scale_mode == ScaleMode::PER_CHANNEL;
+  const float* scales = q.scale_data();
+  float buf[CHUNK];
+  for (int64_t r = 0; r < (per_row ? rows : 1); ++r) {
+    const int64_t begin = per_row ? r * cols : 0, count = per_row ? cols : q.numel();
+    const float scale = scales[per_row ? r : 0];
+    for (int64_t i = 0; i < count; i += CHUNK) {
+      const int64_t len = std::min(CHUNK, count - i);
+      if (!sixteen) {
+        float* dst = out.f32() + begin + i;
+        qsync::dequantize_int8(q.as<int8_t>() + begin + i, dst, len, scale);
+        if (round_to == Precision::BF16 || round_to == Precision::FP16) round_buffer(dst, len, round_to);
+        continue;
+      }
+      qsync::dequantize_int8(q.as<int8_t>() + begin + i, buf, len, scale);
+      uint16_t* dst = out.as<uint16_t>() + begin + i;
+      if (storage == Precision::BF16) convert_fp32_to_bf16(buf, dst, len);
+      else convert_fp32_to_fp16(buf, dst, len);
+    }
+  }
+}
+
+void CpuOps::transpose(const Tensor& src, Tensor& dst) {
+  check_same_numel(src, dst, "transpose");
+  if (src.scale_mode == ScaleMode::PER_CHANNEL)
+    throw std::logic_error("transpose: per-channel scales would run along the other dimension");
+  transpose_bytes(src.data(), dst.data(), rows_of(src), cols_of(src), precision_bytes(src.precision()));
+  dst.scale_mode = src.scale_mode;
+  dst.scales = src.scales;
+}
+
+}  // namespace qsync
