@@ -1,19 +1,22 @@
 #!/usr/bin/env python3
-"""Time-to-accuracy benchmark (not a test): what users get from the planner on a hybrid pool
-(cpu-amx, or the class it falls back to here, beside cpu-avx2). For each model and seed, every
+"""Time-to-accuracy benchmark (not a test): what users get from the planner on a hybrid pool that
+is hybrid on every x86-64 CPU (default cpu-avx2 beside cpu-sse41, the demo's pool; --pool). For each model and seed, every
 strategy trains the same steps from the same initialization and data order (same seed), with
 evaluations along the way; the figures are training wall-clock (the sum of rank 0's step times,
 evaluations excluded) and held-out quality (accuracy, or perplexity for char-gpt).
 
     bench/time_to_accuracy_bench.py [--models cnn,vit,char-gpt] [--seeds 1,2,3]
-        [--strategies exact,greedy,uniform,uniform-int8,weak-int8,weak-int8-all,dynamic-batching] [--json FILE]
+        [--strategies exact,greedy,uniform,uniform-int8,weak-int8,weak-int8-all,dynamic-batching]
+        [--pool cpu-avx2,cpu-sse41] [--json FILE]
 
 Reported per model:
   * the gap between FP32 and each uniform low precision (paired by seed: mean and spread);
   * time to target quality, paired by seed (target: 99% of the same seed's uniform-FP32 final
     accuracy, or 101% of its final perplexity), median over seeds;
   * quality after a fixed budget (the median time the fastest strategy needs for all steps);
-  * final quality, paired against uniform FP32 (mean difference +- standard deviation).
+  * final quality, paired against uniform FP32 (mean difference +- standard deviation);
+  * the targets: the planner (exact, greedy) no later to target than the best baseline, and ahead
+    of uniform FP32 by at least the share of uniform FP32's step its fastest rank spends waiting.
 Strategies whose plans come out identical (same per-rank precisions and batches) train
 identically for a seed, so each distinct plan is trained once and its result shared.
 """
@@ -37,6 +40,8 @@ MODELS = {  # steps, global batch, eval every, learning rate
     "vit": (300, 128, 50, 0.002),
     "char-gpt": (300, 64, 25, 0.002),
 }
+POOL = ["cpu-avx2", "cpu-sse41"]  # --pool: strongest first
+PLANNERS = ("exact", "greedy")
 STRATEGIES = {  # allocator, planning.precision, lowPrecision
     "exact": ("exact", "fp32", "int8"),
     "greedy": ("greedy", "fp32", "int8"),
@@ -57,8 +62,7 @@ def job_yaml(name, model, seed, strategy):
             f"  model: {{zoo: {model}}}\n{data}  optimizer: {{name: adamw, lr: {lr}}}\n  steps: {steps}\n"
             f"  globalBatch: {batch}\n  seed: {seed}\n  evalLimit: 1000\n  evalEvery: {every}\n"
             f"  planning: {{allocator: {allocator}, precision: {high}, lowPrecision: {low}}}\n"
-            "  pool:\n    local:\n      - {deviceClass: cpu-amx, threads: 1}\n"
-            "      - {deviceClass: cpu-avx2, threads: 1}\n")
+            "  pool:\n    local:\n" + "".join(f"      - {{deviceClass: {c}, threads: 1}}\n" for c in POOL))
 
 
 def write_job(tmp, name, model, seed, strategy):
@@ -94,6 +98,7 @@ def train(tmp, model, seed, strategy, profiles, work):
     return {"curve": curve, "final": curve[-1][1], "train_seconds": curve[-1][0],
             "median_step_ms": s["ranks"][0]["median_step_seconds"] * 1e3,
             "predicted_step_ms": s["plan"]["predicted_step_seconds"] * 1e3,
+            "wait_share": max(r["median_wait_seconds"] / r["median_step_seconds"] for r in s["ranks"]),
             "plans": [r["plan"] for r in s["ranks"]], "batches": [r["local_batch"] for r in s["ranks"]]}
 
 
@@ -154,7 +159,29 @@ def report(model, runs, strategies, seeds):
               f"{fmt(row['time_to_target'])} ({row['reached']} reached) | {fmt(row['at_budget'])} |")
     for st in strategies:
         print(f"  {st}: local batches {rows[st]['batches']}, weak rank plan {rows[st]['plans'][-1]}")
-    return {"target": target, "budget_seconds": budget, "rows": rows}
+    verdicts = judge(rows, strategies, statistics.median(r["wait_share"] for r in fp32))
+    for line in verdicts:
+        print("  " + line)
+    return {"target": target, "budget_seconds": budget, "rows": rows, "verdicts": verdicts}
+
+
+def judge(rows, strategies, wait_share):
+    """The issue's targets, per planner strategy: not later to target than the best baseline, and
+    ahead of uniform FP32 by at least uniform FP32's wait share at the sync."""
+    baselines = [st for st in strategies if st not in PLANNERS and rows[st]["time_to_target"] is not None]
+    fp32 = rows["uniform"]["time_to_target"]
+    out = [f"uniform FP32: its fastest rank waits {100 * wait_share:.0f}% of the step at the sync"]
+    for st in (s for s in strategies if s in PLANNERS):
+        t = rows[st]["time_to_target"]
+        if t is None or fp32 is None or not baselines:
+            out.append(f"{st}: no comparison is meaningful (a run did not reach the target)")
+            continue
+        best = min(baselines, key=lambda b: rows[b]["time_to_target"])
+        ahead = 1 - t / fp32
+        out.append(f"{st}: {t:.1f} s to target vs best baseline {best} {rows[best]['time_to_target']:.1f} s "
+                   f"({'MET' if t <= rows[best]['time_to_target'] else 'MISSED'}); {100 * ahead:.0f}% ahead of "
+                   f"uniform FP32, wait share {100 * wait_share:.0f}% ({'MET' if ahead >= wait_share else 'MISSED'})")
+    return out
 
 
 def main():
@@ -163,9 +190,11 @@ def main():
     ap.add_argument("--seeds", default="1,2,3")
     ap.add_argument("--strategies", default="exact,greedy,uniform,uniform-int8,weak-int8,weak-int8-all,dynamic-batching")
     ap.add_argument("--steps", type=int, default=0, help="override every model's steps (smoke runs)")
+    ap.add_argument("--pool", default=",".join(POOL), help="device classes of the local pool, strongest first")
     ap.add_argument("--json", default=os.path.join(ROOT, "build", "results", "time_to_accuracy.json"))
     args = ap.parse_args()
     seeds = [int(s) for s in args.seeds.split(",")]
+    POOL[:] = args.pool.split(",")
     if args.steps > 0:
         for m, (_, batch, every, lr) in list(MODELS.items()):
             MODELS[m] = (args.steps, batch, min(every, args.steps), lr)
