@@ -380,7 +380,7 @@ TEST_F(JobReconcilerTest, MissingProfileWaitsInsteadOfFailing) {
   const controller::ReconcileResult r = reconcile();
   ASSERT_TRUE(r.requeue_after.has_value());
   const api::HybridTrainingJobStatus s = status();
-  EXPECT_EQ(s.phase, "Pending");
+  EXPECT_EQ(s.phase, "Planning");  // waits in planning for the profile
   EXPECT_EQ(condition(s, api::CONDITION_PLANNED).reason, "ProfileMissing");
   EXPECT_NE(condition(s, api::CONDITION_PLANNED).message.find("kubectl label configmap"), std::string::npos);
   EXPECT_FALSE(api::is_finished(s.conditions));
