@@ -91,6 +91,7 @@ void JobReconciler::write_status(Pass& p) {
     if (!is_true(p.old_status.conditions, api::CONDITION_FAILED) && is_true(p.status.conditions, api::CONDITION_FAILED))
       metrics_->job_failed();
     for (int64_t r = p.old_status.restarts; r < p.status.restarts; ++r) metrics_->job_restarted();
+    metrics_->set_job_restarts(p.ns, p.name, double(p.status.restarts));
   }
   p.old_status = p.status;
 }

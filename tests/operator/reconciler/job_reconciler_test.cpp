@@ -193,6 +193,7 @@ TEST_F(JobReconcilerTest, WorkerFailureRestartsTheWholeJobUntilBackoffLimit) {
             std::string::npos)
       << event_messages();
   EXPECT_EQ(metrics_->restarts(), 1);
+  EXPECT_EQ(metrics_->job_restarts("default", "fm"), 1);  // per job, for the dashboard's panel
 
   reconcile();
   ASSERT_EQ(pods().size(), 2u);
