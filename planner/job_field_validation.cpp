@@ -82,9 +82,11 @@ class Checker {
   explicit Checker(const FieldIndex& index) : index_(index) {}
   std::vector<std::string> problems;
 
-  void check_object(const json& value, const std::string& table_path, const std::string& value_path) {
+  // `open`: keys the table does not list are kept (an open object's Kubernetes fields).
+  void check_object(const json& value, const std::string& table_path, const std::string& value_path, bool open = false) {
     for (const auto& [key, child] : value.items()) {
       const Field* f = index_.child(table_path, key);
+      if (!f && open) continue;
       if (!f) {
         std::string known;
         for (const Field* k : index_.children(table_path)) known += (known.empty() ? "" : ", ") + last_segment(k->path);
@@ -123,12 +125,12 @@ class Checker {
         problems.push_back(at + " must be at least " + number_text(*f.minimum) + ", got " + v.dump());
     }
     if (v.is_string()) check_string(f, v.get<std::string>(), at);
-    if (f.type == FieldType::OBJECT) check_object(v, f.path, at);
+    if (f.type == FieldType::OBJECT) check_object(v, f.path, at, f.open_object);
     if (f.type == FieldType::ARRAY)
       for (size_t i = 0; i < v.size(); ++i) {
         const std::string item_at = at + "[" + std::to_string(i) + "]";
         if (!v[i].is_object()) problems.push_back(item_at + " must be a mapping, got " + v[i].dump());
-        else check_object(v[i], f.path + "[]", item_at);
+        else check_object(v[i], f.path + "[]", item_at, f.open_object);
       }
     if (f.type == FieldType::STRING_MAP)
       for (const auto& [key, item] : v.items())

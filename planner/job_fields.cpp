@@ -6,6 +6,8 @@
 #include "planner/job_fields.h"
 
 #include "planner/job_borrow_spec.h"
+#include "planner/job_pod_template.h"
+#include "planner/job_spec.h"
 
 #include <utility>
 
@@ -60,6 +62,7 @@ void add_pool_entry_fields(std::vector<Field>& fields, const std::string& prefix
                          .with_default(false));
     add_borrow_fields(fields, prefix + ".borrow");  // planner/job_borrow_spec.h
   }
+  add_pod_template_fields(fields, prefix + ".podTemplate");  // planner/job_pod_template.h: on top of spec.podTemplate
 }
 
 std::vector<Field> build_spec_fields() {
@@ -114,6 +117,7 @@ std::vector<Field> build_spec_fields() {
   f.push_back(Field::object("spec.resources", "Extra resources for each worker pod's container (GPUs come from gpusPerRank)."));
   f.push_back(Field::quantity_map("spec.resources.requests", "Resource requests, e.g. {cpu: \"4\", memory: 16Gi}."));
   f.push_back(Field::quantity_map("spec.resources.limits", "Resource limits, e.g. {memory: 32Gi}."));
+  add_pod_template_fields(f, "spec.podTemplate");  // planner/job_pod_template.h
 
   add_elastic_policy_fields(f);  // planner/job_borrow_spec.h
   f.push_back(Field::object("spec.pool", "The devices: training and inference nodes for the operator, local workers for `qsync run`."));
@@ -150,7 +154,8 @@ std::vector<Field> build_spec_fields() {
                   .with_default("bidirectional"));
   f.push_back(Field::boolean("spec.planning.batchMoves", "Let the allocator move batch between ranks: off the ranks that cannot keep pace, and off quantized ranks when that buys back precision.").with_default(true));
   f.push_back(Field::string("spec.planning.profiles",
-                            "Device profiles: a ConfigMap name prefix (operator) or a directory (`qsync run`).")
+                            "Device profiles: a name prefix of the labelled profile ConfigMaps the operator plans "
+                            "with (only those; default: every one in the namespace), or a directory (`qsync run`).")
                   .non_empty());
   f.push_back(Field::string("spec.planning.calibration", "A calibration stats file (`qsync run`).").non_empty());
 
@@ -166,10 +171,11 @@ std::vector<Field> build_spec_fields() {
                   .with_default("Running"));
   f.push_back(Field::boolean("spec.runPolicy.suspend", "Stop the pods after a checkpoint; false resumes from it.").with_default(false));
   f.push_back(Field::string("spec.runPolicy.managedBy",
-                            "The controller that reconciles the job; another value (e.g. kueue.x-k8s.io/multikueue) "
-                            "makes this operator leave it alone.")
-                  .non_empty()
-                  .with_default("qsync.dev/operator"));
+                            "The controller that reconciles the job: this operator, or Kueue's MultiKueue (the "
+                            "operator then leaves it alone). Immutable.")
+                  .one_of({JOB_DEFAULT_MANAGER, "kueue.x-k8s.io/multikueue"})
+                  .with_rule("self == oldSelf", "managedBy is immutable")
+                  .with_default(JOB_DEFAULT_MANAGER));
   return f;
 }
 
@@ -201,6 +207,7 @@ Field Field::with_rule(std::string cel, std::string message) && {
   return std::move(*this);
 }
 Field Field::keyed_by(std::vector<std::string> keys) && { list_map_keys = std::move(keys); return std::move(*this); }
+Field Field::open() && { open_object = true; return std::move(*this); }
 
 const std::vector<Field>& job_spec_fields() {
   static const std::vector<Field> fields = build_spec_fields();

@@ -47,6 +47,9 @@ struct Field {
   bool required = false;    // required in its parent object
   std::vector<std::pair<std::string, std::string>> rules;  // CEL {rule, message} (real API servers only)
   std::vector<std::string> list_map_keys;  // an ARRAY keyed like a map (x-kubernetes-list-type: map)
+  // An OBJECT (or an ARRAY's items) that keeps fields the table does not list
+  // (x-kubernetes-preserve-unknown-fields): a Kubernetes type taken whole (affinity, volumes).
+  bool open_object = false;
 
   static Field string(std::string path, std::string description);
   static Field integer(std::string path, std::string description);
@@ -67,6 +70,7 @@ struct Field {
   Field mandatory() &&;
   Field with_rule(std::string cel, std::string message) &&;
   Field keyed_by(std::vector<std::string> keys) &&;
+  Field open() &&;
 };
 
 // Patterns shared by the table and the messages.

@@ -43,6 +43,7 @@ void check_cross_field_rules(const json& spec, std::vector<std::string>& problem
         problems.push_back("spec.pool: the entry name \"" + entry["name"].get<std::string>() +
                            "\" is used twice; names must be unique over training and inference (they name the pods)");
   check_borrow_rules(spec, problems);  // job_borrow_spec.h
+  check_pod_template_rules(spec, problems);  // job_pod_template.h
 }
 
 // Runs a planner parser; its message becomes a problem instead of an exception.
@@ -79,6 +80,7 @@ PoolEntry pool_entry_from(const json& e, const std::string& where, std::vector<s
   if (e.contains("gpusPerRank")) p.gpus_per_rank = json_integer(e, "gpusPerRank");
   p.off_peak_only = json_flag(e, "offPeakOnly");
   if (e.contains("borrow")) p.borrow = borrow_spec_from(e["borrow"], where + ".borrow", problems);
+  if (e.contains("podTemplate")) p.pod_template = pod_template_from(e["podTemplate"]);
   return p;
 }
 
@@ -109,6 +111,7 @@ json pool_entry_json(const PoolEntry& p, bool inference) {
   if (p.gpus_per_rank) out["gpusPerRank"] = *p.gpus_per_rank;
   if (inference) out["offPeakOnly"] = p.off_peak_only;
   if (p.borrow) out["borrow"] = to_json(*p.borrow);
+  if (!p.pod_template.empty()) out["podTemplate"] = to_json(p.pod_template);
   return out;
 }
 
@@ -266,6 +269,7 @@ JobSpec job_spec_from_json(const json& input) {
   if (spec.contains("resources"))
     s.resources = ResourceRequirements{string_map(spec["resources"].value("requests", json::object())),
                                        string_map(spec["resources"].value("limits", json::object()))};
+  if (spec.contains("podTemplate")) s.pod_template = pod_template_from(spec["podTemplate"]);
   const json pool = spec.value("pool", json::object());
   for (const char* group : {"training", "inference"}) {
     const json entries = pool.value(group, json::array());
@@ -337,6 +341,7 @@ json to_json(const JobSpec& s) {
     if (!s.resources->limits.empty()) resources["limits"] = s.resources->limits;
     out["resources"] = resources;
   }
+  if (!s.pod_template.empty()) out["podTemplate"] = to_json(s.pod_template);
   json pool = json::object();
   for (const PoolEntry& p : s.pool.training) pool["training"].push_back(pool_entry_json(p, false));
   for (const PoolEntry& p : s.pool.inference) pool["inference"].push_back(pool_entry_json(p, true));

@@ -35,6 +35,7 @@
 #include <nlohmann/json.hpp>
 
 #include "planner/job_borrow_spec.h"
+#include "planner/job_pod_template.h"
 
 namespace qsync {
 
@@ -102,6 +103,7 @@ struct PoolEntry {
   std::optional<int64_t> gpus_per_rank;  // absent: 1 on GPU classes, 0 on CPU classes
   bool off_peak_only = false;            // inference entries only (needs borrow)
   std::optional<BorrowSpec> borrow;      // inference entries only: lend GPUs from a workload (job_borrow_spec.h)
+  PodTemplateSpec pod_template;          // on top of spec.podTemplate (job_pod_template.h)
   bool operator==(const PoolEntry&) const = default;
 };
 
@@ -160,6 +162,7 @@ struct JobSpec {
   std::string image = "ghcr.io/qsync/qsync-worker:0.1.0";
   std::string image_pull_policy;  // "" = Kubernetes' default
   std::optional<ResourceRequirements> resources;
+  PodTemplateSpec pod_template;  // every worker pod's (job_pod_template.h); empty: none
   PoolSpec pool;
   std::optional<ElasticPolicy> elastic_policy;  // job_borrow_spec.h
   PlanningSpec planning;

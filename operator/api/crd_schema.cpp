@@ -48,6 +48,10 @@ json field_schema(const Field& f) {
     for (const auto& [rule, message] : f.rules) rules.push_back({{"rule", rule}, {"message", message}});
     s["x-kubernetes-validations"] = rules;
   }
+  if (f.open_object) {
+    if (f.type == FieldType::ARRAY) s["items"]["x-kubernetes-preserve-unknown-fields"] = true;
+    else s["x-kubernetes-preserve-unknown-fields"] = true;
+  }
   if (!f.list_map_keys.empty()) {
     s["x-kubernetes-list-type"] = "map";
     s["x-kubernetes-list-map-keys"] = f.list_map_keys;

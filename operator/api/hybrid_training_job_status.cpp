@@ -56,6 +56,12 @@ HybridTrainingJobStatus hybrid_training_job_status_from_json(const json& status)
     s.last_resize = ResizeStatus{json_text(r, "time"), json_text(r, "reason"), json_text(r, "message"),
                                  json_integer(r, "fromRanks"), json_integer(r, "toRanks"), json_integer(r, "checkpointStep")};
   }
+  for (const json& ps : status.value("podSets", json::array())) {
+    PodSetStatus set{json_text(ps, "name"), json_integer(ps, "count"), {}};
+    const json requests = ps.value("requests", json::object());
+    for (const auto& [k, v] : requests.items()) set.requests[k] = v.is_string() ? v.get<std::string>() : v.dump();
+    s.pod_sets.push_back(std::move(set));
+  }
   for (const json& l : status.value("lending", json::array())) {
     LendingStatus e;
     e.entry = json_text(l, "entry");
@@ -127,6 +133,11 @@ json to_json(const HybridTrainingJobStatus& s) {
     put_text(r, "reason", s.last_resize->reason);
     put_text(r, "message", s.last_resize->message);
     out["lastResize"] = r;
+  }
+  for (const PodSetStatus& ps : s.pod_sets) {
+    json set = {{"name", ps.name}, {"count", ps.count}};
+    if (!ps.requests.empty()) set["requests"] = ps.requests;
+    out["podSets"].push_back(set);
   }
   if (!s.lending.empty()) {
     out["lending"] = json::array();

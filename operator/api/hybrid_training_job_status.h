@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -73,6 +74,15 @@ struct ResizeStatus {
   bool operator==(const ResizeStatus&) const = default;
 };
 
+// One pool entry's pods, as Kueue's pod sets count them.
+struct PodSetStatus {
+  std::string name;
+  int64_t count = 0;
+  std::map<std::string, std::string> requests;
+
+  bool operator==(const PodSetStatus&) const = default;
+};
+
 struct HybridTrainingJobStatus {
   std::string phase;  // "" until the operator first writes status
   std::string message;
@@ -88,6 +98,7 @@ struct HybridTrainingJobStatus {
   int64_t resizes = 0;  // a resize is a new attempt too: pods are labelled restarts + resizes
   std::optional<ResizeStatus> last_resize;
   std::vector<LendingStatus> lending;
+  std::vector<PodSetStatus> pod_sets;  // jobs queued in Kueue (kueue.x-k8s.io/queue-name)
 
   bool operator==(const HybridTrainingJobStatus&) const = default;
 };

@@ -39,6 +39,11 @@ std::vector<Field> build_status_fields() {
   f.push_back(Field::integer("status.lastCheckpointStep", "The step of the last checkpoint written.").at_least(0));
   f.push_back(Field::date_time("status.startTime", "When the workers started."));
   f.push_back(Field::date_time("status.completionTime", "When the job succeeded or failed."));
+  // Kueue: what the job's pods need, per pool entry, so a queue can reserve quota before admitting it.
+  f.push_back(Field::array("status.podSets", "The job's pod sets (one per pool entry) for Kueue's quota.").keyed_by({"name"}));
+  f.push_back(Field::string("status.podSets[].name", "The pool entry.").mandatory().non_empty());
+  f.push_back(Field::integer("status.podSets[].count", "Its worker pods.").at_least(0));
+  f.push_back(Field::quantity_map("status.podSets[].requests", "What each pod requests (cpu, memory, nvidia.com/gpu)."));
   // Off-peak borrowing and the elastic world size (docs/borrowing.md).
   f.push_back(Field::integer("status.borrowedDevices", "GPUs the job borrows from inference workloads now.").at_least(0));
   f.push_back(Field::integer("status.resizes", "Elastic resizes so far (checkpoint, re-plan, restart at the new size).")

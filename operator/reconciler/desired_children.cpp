@@ -3,6 +3,7 @@
 #include "operator/reconciler/desired_children.h"
 
 #include "operator/controller/owner_refs.h"
+#include "operator/reconciler/worker_pod_settings.h"
 #include "planner/device_profile.h"
 #include "planner/worker_command.h"
 
@@ -100,14 +101,17 @@ std::vector<std::string> worker_command(const api::HybridTrainingJob& job, const
 }
 
 json desired_pod(const json& job_object, const api::HybridTrainingJob& job, const DiscoveredRank& rank,
-                 int64_t world_size, int64_t attempt, const ChildOptions& options) {
+                 int64_t world_size, int64_t attempt, const ChildOptions& options,
+                 const std::vector<DiscoveredRank>& planned) {
   const api::HybridTrainingJobSpec& s = job.spec;
   const std::string name = pod_name(job.name(), rank.rank);
   json meta = child_metadata(job, name);
   meta["labels"][RANK_LABEL] = std::to_string(rank.rank);
   meta["labels"][ATTEMPT_LABEL] = std::to_string(attempt);
   meta["labels"][POOL_KIND_LABEL] = rank.pool_kind;
-  meta["annotations"] = {{"qsync.dev/node", rank.node}, {"qsync.dev/device-class", rank.device_class}};
+  meta["annotations"] = {{"qsync.dev/node", rank.node},
+                         {"qsync.dev/device-class", rank.device_class},
+                         {WORLD_SIZE_ANNOTATION, std::to_string(world_size)}};
 
   json env = json::array({env_var("MASTER_ADDR", master_address(job.name(), job.namespace_name())),
                           env_var("MASTER_PORT", std::to_string(options.master_port)),
@@ -122,15 +126,8 @@ json desired_pod(const json& job_object, const api::HybridTrainingJob& job, cons
     env.push_back(env_var("CUDA_CACHE_PATH", "/tmp/cuda-cache"));
   }
 
-  json resources = json::object();
-  if (s.resources) {
-    if (!s.resources->requests.empty()) resources["requests"] = s.resources->requests;
-    if (!s.resources->limits.empty()) resources["limits"] = s.resources->limits;
-  }
-  if (rank.gpus > 0) {
-    resources["limits"][GPU_RESOURCE] = std::to_string(rank.gpus);
-    resources["requests"][GPU_RESOURCE] = std::to_string(rank.gpus);
-  }
+  const json resources = worker_resources(job, rank, on_gpu);
+  const PodTemplateSpec pod_template = worker_pod_template(job, rank, options, on_gpu);
 
   json mounts = json::array({{{"name", "plan"}, {"mountPath", PLAN_MOUNT}, {"readOnly", true}},
                              {{"name", "checkpoints"}, {"mountPath", CHECKPOINT_MOUNT}},
@@ -169,16 +166,12 @@ json desired_pod(const json& job_object, const api::HybridTrainingJob& job, cons
                       {"readOnlyRootFilesystem", true},
                       {"capabilities", {{"drop", json::array({"ALL"})}}},
                       {"seccompProfile", {{"type", "RuntimeDefault"}}}}}};
-  if (!resources.empty()) container["resources"] = resources;
+  container["resources"] = resources;
   if (!s.image_pull_policy.empty()) container["imagePullPolicy"] = s.image_pull_policy;
 
-  json affinity = {{"nodeAffinity",
-                    {{"requiredDuringSchedulingIgnoredDuringExecution",
-                      {{"nodeSelectorTerms",
-                        json::array({{{"matchExpressions",
-                                       json::array({{{"key", "kubernetes.io/hostname"},
-                                                     {"operator", "In"},
-                                                     {"values", json::array({rank.node})}}})}}})}}}}}};
+  const json affinity =
+      placement_affinity(rank, planned.empty() ? std::vector<DiscoveredRank>{rank} : planned,
+                         scheduler_places_pods(job, pod_template));
   json pod = {{"apiVersion", "v1"},
               {"kind", "Pod"},
               {"metadata", meta},
@@ -193,6 +186,7 @@ json desired_pod(const json& job_object, const api::HybridTrainingJob& job, cons
                 {"terminationGracePeriodSeconds", 60},  // time to write the SIGTERM checkpoint
                 {"containers", json::array({container})},
                 {"volumes", volumes}}}};
+  apply_pod_template(pod, pod_template);
   return owned(std::move(pod), job_object);
 }
 

@@ -4,8 +4,8 @@
 // `<job>-plan` (rank-<r>.yaml per rank and plan.json, annotated with the generation and attempt
 // it was planned for) and one Pod per rank `<job>-worker-<rank>` (env MASTER_ADDR = rank 0's DNS
 // name, MASTER_PORT, RANK, WORLD_SIZE; the qsync-worker train command; the plan, checkpoint and
-// data volumes; node affinity to the planned node; GPU and CPU/memory resources; restartPolicy
-// Never; the restricted security context). Every child carries a controller owner reference to
+// data volumes; node affinity to the planned node; GPU and CPU/memory resources from the plan;
+// the pod template (worker_pod_settings.h); restartPolicy Never; the restricted security context). Every child carries a controller owner reference to
 // the job, so the garbage collector deletes it with the job.
 //
 //   const json pod = desired_pod(job_object, job, plan.ranks[r], plan.ranks.size(), attempt, options);
@@ -27,6 +27,9 @@ inline constexpr const char* ATTEMPT_LABEL = "qsync.dev/attempt";
 inline constexpr const char* POOL_KIND_LABEL = "qsync.dev/pool-kind";
 inline constexpr const char* GENERATION_ANNOTATION = "qsync.dev/generation";
 inline constexpr const char* ATTEMPT_ANNOTATION = "qsync.dev/attempt";
+// The WORLD_SIZE a pod was created with: a pod of another world size is never kept beside the
+// current plan's (a changed count restarts every rank, job_reconciler.h).
+inline constexpr const char* WORLD_SIZE_ANNOTATION = "qsync.dev/world-size";
 inline constexpr const char* WORKER_BINARY = "/usr/local/bin/qsync-worker";
 inline constexpr const char* PLAN_MOUNT = "/etc/qsync/plan";
 inline constexpr const char* MODEL_MOUNT = "/etc/qsync/model";
@@ -43,6 +46,9 @@ struct ChildOptions {
   std::string gpu_worker_image;   // --gpu-worker-image: GPU ranks' image in that case ("": worker_image)
   bool gpu_ranks_on_cpu = false;  // --gpu-ranks-on-cpu: GPU ranks run as the worker's default CPU class
   int master_port = 29500;   // MASTER_PORT and the rendezvous port
+  // --gpu-tolerations: tolerations every GPU rank's pod gets (the chart's default tolerates the
+  // usual nvidia.com/gpu taint); the job's podTemplate adds its own.
+  nlohmann::json gpu_tolerations = nlohmann::json::array();
 };
 
 std::string service_name(const std::string& job);      // <job>-workers
@@ -62,8 +68,11 @@ nlohmann::json desired_service(const nlohmann::json& job_object, const api::Hybr
                                const ChildOptions& options);
 nlohmann::json desired_plan_config_map(const nlohmann::json& job_object, const api::HybridTrainingJob& job,
                                        const JobPlan& plan, int64_t attempt);
+// `planned`: every rank of the plan (placement_affinity in worker_pod_settings.h); empty: the
+// rank alone.
 nlohmann::json desired_pod(const nlohmann::json& job_object, const api::HybridTrainingJob& job,
-                           const DiscoveredRank& rank, int64_t world_size, int64_t attempt, const ChildOptions& options);
+                           const DiscoveredRank& rank, int64_t world_size, int64_t attempt, const ChildOptions& options,
+                           const std::vector<DiscoveredRank>& planned = {});
 // The qsync-worker command line of a rank (desired_pod's container command): --device-class is
 // the rank's class, GPU classes included (the worker checks its GPU against it at start), except
 // a GPU rank under options.gpu_ranks_on_cpu, which runs as the worker's default CPU class.

@@ -29,6 +29,10 @@ JobMetrics::JobMetrics(prometheus::Registry& registry) {
                    .Name("qsync_operator_borrowed_devices")
                    .Help("GPUs a HybridTrainingJob borrows from inference workloads now.")
                    .Register(registry);
+  job_restarts_ = &prometheus::BuildGauge()
+                       .Name("qsync_operator_job_restarts")
+                       .Help("A HybridTrainingJob's whole-job restarts so far (its status.restarts).")
+                       .Register(registry);
   reclaims_ = &prometheus::BuildCounter()
                    .Name("qsync_operator_reclaims_total")
                    .Help("Reclaims of lent inference GPUs, by trigger and whether the replicas were Ready within reclaimGraceSeconds.")
@@ -65,12 +69,30 @@ void JobMetrics::set_borrowed_devices(const std::string& ns, const std::string& 
   it->second->Set(devices);
 }
 
+void JobMetrics::set_job_restarts(const std::string& ns, const std::string& job, double restarts) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = job_restart_gauges_.find({ns, job});
+  if (it == job_restart_gauges_.end())
+    it = job_restart_gauges_.emplace(std::make_pair(ns, job), &job_restarts_->Add({{"namespace", ns}, {"job", job}})).first;
+  it->second->Set(restarts);
+}
+
+double JobMetrics::job_restarts(const std::string& ns, const std::string& job) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = job_restart_gauges_.find({ns, job});
+  return it == job_restart_gauges_.end() ? 0 : it->second->Value();
+}
+
 void JobMetrics::forget_job(const std::string& ns, const std::string& job) {
   std::lock_guard<std::mutex> lock(mu_);
-  auto it = borrowed_gauges_.find({ns, job});
-  if (it == borrowed_gauges_.end()) return;
-  borrowed_->Remove(it->second);
-  borrowed_gauges_.erase(it);
+  if (auto it = borrowed_gauges_.find({ns, job}); it != borrowed_gauges_.end()) {
+    borrowed_->Remove(it->second);
+    borrowed_gauges_.erase(it);
+  }
+  if (auto it = job_restart_gauges_.find({ns, job}); it != job_restart_gauges_.end()) {
+    job_restarts_->Remove(it->second);
+    job_restart_gauges_.erase(it);
+  }
 }
 
 void JobMetrics::reclaim_finished(const std::string& reason, double seconds, bool within_grace) {

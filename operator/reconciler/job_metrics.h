@@ -5,6 +5,7 @@
 //   qsync_operator_jobs_failed_total, qsync_operator_jobs_restarts_total   (counters)
 //   qsync_operator_jobs{phase}                                            (gauge: jobs per phase)
 //   qsync_operator_planning_duration_seconds                              (histogram)
+//   qsync_operator_job_restarts{namespace,job}    (gauge: the job's status.restarts, per job)
 // and off-peak borrowing (docs/borrowing.md):
 //   qsync_operator_borrowed_devices{namespace,job}      (gauge: GPUs the job borrows now)
 //   qsync_operator_reclaims_total{reason,result}        (counter: result within_grace | missed)
@@ -45,7 +46,8 @@ class JobMetrics {
   // seen before and now absent read 0.
   void set_jobs_by_phase(const std::vector<nlohmann::json>& jobs);
   void set_borrowed_devices(const std::string& ns, const std::string& job, double devices);
-  void forget_job(const std::string& ns, const std::string& job);  // its borrowed-devices series goes
+  void set_job_restarts(const std::string& ns, const std::string& job, double restarts);
+  void forget_job(const std::string& ns, const std::string& job);  // its per-job series go
   void reclaim_finished(const std::string& reason, double seconds, bool within_grace);
   void resized(const std::string& reason);
 
@@ -55,6 +57,7 @@ class JobMetrics {
   double failed() const;
   double restarts() const;
   double borrowed_devices(const std::string& ns, const std::string& job) const;
+  double job_restarts(const std::string& ns, const std::string& job) const;
   double reclaims(const std::string& reason, bool within_grace) const;
   double resizes(const std::string& reason) const;
   uint64_t reclaim_observations() const;
@@ -73,6 +76,8 @@ class JobMetrics {
   mutable std::mutex mu_;
   std::map<std::string, prometheus::Gauge*> phase_gauges_;
   std::map<std::pair<std::string, std::string>, prometheus::Gauge*> borrowed_gauges_;
+  prometheus::Family<prometheus::Gauge>* job_restarts_;
+  std::map<std::pair<std::string, std::string>, prometheus::Gauge*> job_restart_gauges_;
 };
 
 }  // namespace qsync::reconciler

@@ -93,10 +93,10 @@ ModelDesc job_model(const api::HybridTrainingJob& job, const std::vector<json>& 
   }
 }
 
-ConfigMapProfiles profiles_from_config_maps(const std::vector<json>& config_maps) {
+ConfigMapProfiles profiles_from_config_maps(const std::vector<json>& config_maps, const std::string& name_prefix) {
   ConfigMapProfiles out;
   for (const json& cm : config_maps) {
-    if (!has_label(cm, PROFILE_LABEL)) continue;
+    if (!has_label(cm, PROFILE_LABEL) || cm_name(cm).rfind(name_prefix, 0) != 0) continue;
     const std::string where = "ConfigMap " + cm_name(cm) + " key " + PROFILE_KEY;
     const std::string text = cm_data(cm, PROFILE_KEY);
     if (text.empty()) {
@@ -178,7 +178,7 @@ JobPlan plan_job(const api::HybridTrainingJob& job, const PlanningInputs& inputs
 JobPlan plan_pool(const api::HybridTrainingJob& job, const PlanningInputs& inputs) {
   JobPlan out;
   try {
-    DiscoveredPool pool = discover_pool(job.spec.pool, inputs.nodes, inputs.capacity);
+    DiscoveredPool pool = discover_pool(job.spec.pool, inputs.nodes, inputs.capacity, inputs.limits);
     out.ranks = std::move(pool.ranks);
     out.notes = std::move(pool.notes);
   } catch (const PoolDiscoveryError& e) {
@@ -216,7 +216,7 @@ JobPlan plan_pool(const api::HybridTrainingJob& job, const PlanningInputs& input
     throw PlanningError("InvalidPlanning", std::string("spec.planning: ") + e.what(), true);
   }
 
-  const ConfigMapProfiles measured = profiles_from_config_maps(inputs.config_maps);
+  const ConfigMapProfiles measured = profiles_from_config_maps(inputs.config_maps, planning.profiles);
   out.notes.insert(out.notes.end(), measured.problems.begin(), measured.problems.end());
   std::vector<std::string> missing;
   std::set<std::pair<std::string, int64_t>> missing_seen;
@@ -273,6 +273,7 @@ JobPlan plan_pool(const api::HybridTrainingJob& job, const PlanningInputs& input
     summary.precision_mix = precision_mix(model, file);
     summary.local_batch = file.local_batch > 0 ? file.local_batch : even_local_batch(job.spec.global_batch, world, int64_t(r));
     summary.predicted_step_seconds = file.predicted_step_seconds > 0 ? file.predicted_step_seconds : a.predicted.step_seconds;
+    if (r < a.predicted.ranks.size()) out.ranks[r].predicted_memory_bytes = a.predicted.ranks[r].peak_memory_bytes;
     out.summary.ranks.push_back(summary);
     out.rank_files.push_back(std::move(file));
   }
@@ -291,7 +292,8 @@ json job_plan_to_json(const JobPlan& plan) {
                          {"poolKind", r.pool_kind},
                          {"entry", r.entry},
                          {"memoryBudgetBytes", r.memory_budget_bytes},
-                         {"gpus", r.gpus}});
+                         {"gpus", r.gpus},
+                         {"predictedMemoryBytes", r.predicted_memory_bytes}});
   out["placement"] = placement;
   out["notes"] = plan.notes;
   return out;
@@ -316,6 +318,7 @@ JobPlan job_plan_from_json(const json& plan_json) {
       d.entry = r.value("entry", "");
       d.memory_budget_bytes = r.value("memoryBudgetBytes", int64_t(0));
       d.gpus = r.value("gpus", int64_t(0));
+      d.predicted_memory_bytes = r.value("predictedMemoryBytes", int64_t(0));
       out.ranks.push_back(std::move(d));
     }
     if (plan_json.contains("notes")) out.notes = plan_json["notes"].get<std::vector<std::string>>();

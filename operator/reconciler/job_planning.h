@@ -36,6 +36,7 @@ struct PlanningInputs {
   std::vector<nlohmann::json> nodes;
   std::vector<nlohmann::json> config_maps;  // of the job's namespace: profiles, calibration, a model
   const PoolCapacity* capacity = nullptr;   // an elastic job's pool (pool_discovery.h); null: the spec's
+  const PlacementLimits* limits = nullptr;  // free GPUs/CPU and taints (node_placement.h); null: unchecked
 };
 
 struct JobPlan {
@@ -46,7 +47,8 @@ struct JobPlan {
 };
 
 // Why a job cannot be planned. reason is the Planned condition's reason: ProfileMissing,
-// ModelMissing and UnknownDeviceClass wait for the cluster to change (terminal() false);
+// ModelMissing, UnknownDeviceClass, UntoleratedTaints and InsufficientCapacity wait for the
+// cluster to change (terminal() false);
 // NoMatchingNodes, InvalidModel, InvalidPlanning and InfeasiblePlan fail the job.
 class PlanningError : public std::runtime_error {
  public:
@@ -70,13 +72,15 @@ JobPlan plan_pool(const api::HybridTrainingJob& job, const PlanningInputs& input
 // The job's model: a zoo name, a file, or a ConfigMap key among `config_maps`. Throws PlanningError.
 ModelDesc job_model(const api::HybridTrainingJob& job, const std::vector<nlohmann::json>& config_maps);
 
-// The measured profiles in the labelled ConfigMaps; ones that do not parse are skipped and
-// named in `problems`.
+// The measured profiles in the labelled ConfigMaps whose names start with `name_prefix`
+// (spec.planning.profiles; "": every one); ones that do not parse are skipped and named in
+// `problems`.
 struct ConfigMapProfiles {
   std::vector<DeviceProfile> profiles;
   std::vector<std::string> problems;
 };
-ConfigMapProfiles profiles_from_config_maps(const std::vector<nlohmann::json>& config_maps);
+ConfigMapProfiles profiles_from_config_maps(const std::vector<nlohmann::json>& config_maps,
+                                            const std::string& name_prefix = "");
 
 // The profile of (model, class, batch): a measured one (exact batch, else the nearest scaled),
 // else the estimate for GPU classes. Throws PlanningError ProfileMissing whose message holds

@@ -29,6 +29,17 @@ std::string pod_node(const json& pod) {
   if (!bound.empty()) return bound;
   return pod.value(json::json_pointer("/metadata/annotations/qsync.dev~1node"), std::string());
 }
+std::string earliest_pod_start(const std::vector<nlohmann::json>& pods) {
+  std::string earliest;
+  for (const nlohmann::json& pod : pods) {
+    if (terminating(pod)) continue;  // a suspended or older attempt's pod: not this run's start
+    const nlohmann::json start = pod.value(nlohmann::json::json_pointer("/status/startTime"), nlohmann::json());
+    if (start.is_string() && !start.get<std::string>().empty() && (earliest.empty() || start.get<std::string>() < earliest))
+      earliest = start.get<std::string>();
+  }
+  return earliest;
+}
+
 controller::ReconcileResult requeue_after(std::chrono::milliseconds delay) {
   controller::ReconcileResult r;
   r.requeue_after = delay;

@@ -40,6 +40,9 @@ bool owned_by(const nlohmann::json& child, const std::string& uid);
 // The node a pod runs on (spec.nodeName) or was planned for (the qsync.dev/node annotation).
 std::string pod_node(const nlohmann::json& pod);
 controller::ReconcileResult requeue_after(std::chrono::milliseconds delay);
+// The earliest status.startTime of `pods` not being deleted (RFC 3339 in UTC sorts as time);
+// "" when none started.
+std::string earliest_pod_start(const std::vector<nlohmann::json>& pods);
 
 }  // namespace pass
 }  // namespace qsync::reconciler

@@ -13,6 +13,8 @@
 #include "operator/controller/finalizers.h"
 #include "operator/controller/owner_refs.h"
 #include "operator/reconciler/job_reconcile_pass.h"
+#include "operator/reconciler/node_placement.h"
+#include "operator/reconciler/worker_pod_settings.h"
 
 namespace qsync::reconciler {
 
@@ -89,6 +91,7 @@ void JobReconciler::write_status(Pass& p) {
     if (!is_true(p.old_status.conditions, api::CONDITION_FAILED) && is_true(p.status.conditions, api::CONDITION_FAILED))
       metrics_->job_failed();
     for (int64_t r = p.old_status.restarts; r < p.status.restarts; ++r) metrics_->job_restarted();
+    metrics_->set_job_restarts(p.ns, p.name, double(p.status.restarts));
   }
   p.old_status = p.status;
 }
@@ -122,10 +125,16 @@ ReconcileResult JobReconciler::reconcile(const std::string& key) {
   }
   p.old_status = p.job.status.value_or(api::HybridTrainingJobStatus{});
   p.status = p.old_status;
+  // Queued in Kueue: what its pods need, so the queue can reserve quota before unsuspending it.
+  const bool queued = p.object["metadata"].value("labels", json::object()).contains(KUEUE_QUEUE_LABEL);
+  p.status.pod_sets = queued ? kueue_pod_sets(p.job) : std::vector<api::PodSetStatus>{};
   for (json& pod : reader_.job_pods(p.ns, p.name))
     if (owned_by(pod, p.uid)) p.pods.push_back(std::move(pod));
   for (const json& pod : p.pods)  // never lowered: an earlier attempt's pods may be gone
     p.status.last_checkpoint_step = std::max(p.status.last_checkpoint_step, reported_checkpoint_step(pod));
+  // The pass that created the pods may have failed to write startTime (a conflict, a crash):
+  // the earliest start of the job's pods is when it started, and activeDeadlineSeconds counts from it.
+  if (p.status.start_time.empty()) p.status.start_time = earliest_pod_start(p.pods);
   if (options_.reported_checkpoints != nullptr)
     p.status.last_checkpoint_step = std::max(p.status.last_checkpoint_step, options_.reported_checkpoints->step_for(p.uid));
 
@@ -165,7 +174,8 @@ ReconcileResult JobReconciler::planning_failed(Pass& p, const PlanningError& e) 
     write_status(p);
     return finish(p);
   }
-  p.status.phase = api::PHASE_PENDING;
+  // Planning waits for the cluster (a profile, capacity, a toleration): the job stays in Planning.
+  p.status.phase = api::PHASE_PLANNING;
   p.status.message = e.what();
   record(p, "Warning", e.reason(), e.what());
   write_status(p);
@@ -210,10 +220,17 @@ ReconcileResult JobReconciler::run_active(Pass& p) {
   if (!step.planned) {
     const auto start = std::chrono::steady_clock::now();
     try {
-      step.plan = step.plan_for_offer ? *step.plan_for_offer
-                                      : plan_job(p.job, {.nodes = p.bounds.elastic ? p.nodes : reader_.nodes(),
-                                                         .config_maps = reader_.config_maps(p.ns),
-                                                         .capacity = p.bounds.elastic ? &step.capacity : nullptr});
+      if (step.plan_for_offer) {
+        step.plan = *step.plan_for_offer;
+      } else {
+        const std::vector<json> nodes = p.bounds.elastic ? p.nodes : reader_.nodes();
+        const PlacementLimits limits =
+            placement_limits(nodes, reader_.all_pods(), p.uid, p.job, options_.children.gpu_tolerations);
+        step.plan = plan_job(p.job, {.nodes = nodes,
+                                     .config_maps = reader_.config_maps(p.ns),
+                                     .capacity = p.bounds.elastic ? &step.capacity : nullptr,
+                                     .limits = &limits});
+      }
     } catch (const PlanningError& e) {
       return planning_failed(p, e);
     }
@@ -267,10 +284,14 @@ ReconcileResult JobReconciler::run_pods(Pass& p, const JobPlan& plan, int64_t at
   }
   std::map<int64_t, const json*> current;  // this attempt's pods by rank
   int64_t stale = 0;                        // pods of an older attempt (or dropped ranks) not gone yet
+  int64_t resized = 0;                      // this attempt's pods of another world size (a changed count)
   for (const json& pod : p.pods) {
     const std::string rank_text = label(pod, RANK_LABEL);
     const int64_t rank = rank_text.empty() ? -1 : std::stoll(rank_text);
-    if (label(pod, ATTEMPT_LABEL) == std::to_string(attempt) && rank >= 0 && rank < world) {
+    const std::string pod_world = pod["metadata"].value("annotations", json::object()).value(WORLD_SIZE_ANNOTATION, "");
+    const bool same_world = pod_world.empty() || pod_world == std::to_string(world);
+    if (!same_world && !terminating(pod)) ++resized;
+    if (label(pod, ATTEMPT_LABEL) == std::to_string(attempt) && rank >= 0 && rank < world && same_world) {
       current[rank] = &pod;
     } else {
       ++stale;
@@ -288,6 +309,10 @@ ReconcileResult JobReconciler::run_pods(Pass& p, const JobPlan& plan, int64_t at
       }
     }
   }
+  if (resized > 0)
+    record(p, "Normal", "Replanned",
+           "the pool's size changed to " + std::to_string(world) + " ranks: stopping the " + std::to_string(resized) +
+               " pods of the old size (they checkpoint), then starting all ranks from the last checkpoint");
   const bool was_created = api::is_true(p.status.conditions, api::CONDITION_CREATED);
   int64_t created = 0, blocked = 0, vanished_rank = -1;
   for (const DiscoveredRank& rank : plan.ranks) {
@@ -309,7 +334,7 @@ ReconcileResult JobReconciler::run_pods(Pass& p, const JobPlan& plan, int64_t at
       }
     }
     try {
-      client_.create(kube::pods_type(), p.ns, desired_pod(p.object, p.job, rank, world, attempt, options_.children));
+      client_.create(kube::pods_type(), p.ns, desired_pod(p.object, p.job, rank, world, attempt, options_.children, plan.ranks));
       ++created;
     } catch (const kube::KubeError& e) {
       if (kube::is_already_exists(e)) {  // an older attempt's pod still terminating, or a stale cache

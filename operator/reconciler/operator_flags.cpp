@@ -39,6 +39,28 @@ bool bool_flag(const std::string& flag, const std::string& v) {
   throw std::invalid_argument(flag + " takes true or false, got '" + v + "'");
 }
 
+// A JSON list of tolerations, each an object with only Toleration fields.
+nlohmann::json tolerations_flag(const std::string& v) {
+  nlohmann::json t;
+  try {
+    t = nlohmann::json::parse(v);
+  } catch (const nlohmann::json::exception&) {
+    t = nullptr;
+  }
+  bool ok = t.is_array();
+  for (const nlohmann::json& item : ok ? t : nlohmann::json::array()) {
+    ok = ok && item.is_object();
+    if (!item.is_object()) continue;
+    for (const auto& [key, value] : item.items())
+      ok = ok && (key == "key" || key == "operator" || key == "value" || key == "effect" || key == "tolerationSeconds");
+  }
+  if (!ok)
+    throw std::invalid_argument("--gpu-tolerations takes a JSON list of tolerations such as "
+                                "[{\"key\":\"nvidia.com/gpu\",\"operator\":\"Exists\",\"effect\":\"NoSchedule\"}], got '" +
+                                v + "'");
+  return t;
+}
+
 }  // namespace
 
 const char* OPERATOR_USAGE =
@@ -48,7 +70,9 @@ const char* OPERATOR_USAGE =
     "         [--master-port 29500] [--prometheus-url URL (borrowing entries' demand queries)]\n"
     "         [--gpu-worker-image IMAGE (GPU ranks; default: --worker-image)]\n"
     "         [--gpu-ranks-on-cpu=true|false (nodes that only advertise nvidia.com/gpu: GPU ranks run as\n"
-    "          the worker's default CPU class)]\n";
+    "          the worker's default CPU class)]\n"
+    "         [--gpu-tolerations JSON (tolerations of GPU ranks' pods, e.g.\n"
+    "          '[{\"key\":\"nvidia.com/gpu\",\"operator\":\"Exists\",\"effect\":\"NoSchedule\"}]')]\n";
 
 OperatorFlags parse_operator_flags(const std::vector<std::string>& args) {
   OperatorFlags f;
@@ -68,6 +92,7 @@ OperatorFlags parse_operator_flags(const std::vector<std::string>& args) {
       {"--gpu-ranks-on-cpu", [&](const std::string& v) { f.gpu_ranks_on_cpu = bool_flag("--gpu-ranks-on-cpu", v); }},
       {"--master-port", [&](const std::string& v) { f.master_port = int_flag("--master-port", v); }},
       {"--prometheus-url", [&](const std::string& v) { f.prometheus_url = v; }},
+      {"--gpu-tolerations", [&](const std::string& v) { f.gpu_tolerations = tolerations_flag(v); }},
   };
   for (size_t i = 0; i < args.size(); ++i) {
     std::string flag = args[i], value;

@@ -7,10 +7,13 @@
 //                  [--metrics-port 8080] [--health-port 8081] [--workers 4] [--qps 20] [--burst 30]
 //                  [--worker-image IMAGE] [--master-port 29500] [--prometheus-url URL]
 //                  [--gpu-worker-image IMAGE] [--gpu-ranks-on-cpu=true|false]
+//                  [--gpu-tolerations JSON]   (a list of core/v1 Tolerations for GPU ranks' pods)
 #pragma once
 
 #include <string>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 namespace qsync::reconciler {
 
@@ -30,6 +33,7 @@ struct OperatorFlags {
   bool gpu_ranks_on_cpu = false;  // test clusters whose GPU nodes are stand-ins: GPU ranks run on CPUs
   int master_port = 29500;
   std::string prometheus_url;  // the Prometheus a borrowing entry's demand query goes to by default
+  nlohmann::json gpu_tolerations = nlohmann::json::array();  // every GPU rank's pod tolerates these
   bool help = false;
 };
 

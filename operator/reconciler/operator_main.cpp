@@ -47,7 +47,8 @@ int operator_main(int argc, char** argv) {
   job_options.reconciler.children = {.worker_image = flags.worker_image,
                                      .gpu_worker_image = flags.gpu_worker_image,
                                      .gpu_ranks_on_cpu = flags.gpu_ranks_on_cpu,
-                                     .master_port = flags.master_port};
+                                     .master_port = flags.master_port,
+                                     .gpu_tolerations = flags.gpu_tolerations};
   job_options.reconciler.prometheus_url = flags.prometheus_url;
   const JobControllerParts parts = add_job_controller(manager, client, job_options);
 

@@ -3,11 +3,13 @@
 #include "operator/reconciler/pool_discovery.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <cctype>
 #include <map>
 #include <set>
 
 #include "kernels/device_class.h"
+#include "operator/reconciler/node_placement.h"
 #include "planner/device_profile.h"
 #include "planner/job_spec.h"
 
@@ -135,11 +137,15 @@ DiscoveredRank make_rank(const api::PoolEntry& entry, const json& node, const st
 
 }  // namespace
 
-DiscoveredPool discover_pool(const api::PoolSpec& pool, const std::vector<json>& nodes, const PoolCapacity* capacity) {
+DiscoveredPool discover_pool(const api::PoolSpec& pool, const std::vector<json>& nodes, const PoolCapacity* capacity,
+                             const PlacementLimits* limits) {
   std::vector<const json*> sorted;
   for (const json& n : nodes) sorted.push_back(&n);
   std::sort(sorted.begin(), sorted.end(), [](const json* a, const json* b) { return node_name(*a) < node_name(*b); });
-  std::map<std::string, int64_t> free = capacity != nullptr ? capacity->free_gpus : std::map<std::string, int64_t>{};
+  std::map<std::string, int64_t> free = capacity != nullptr ? capacity->free_gpus
+                                        : limits != nullptr  ? limits->free_gpus
+                                                             : std::map<std::string, int64_t>{};
+  std::map<std::string, double> free_cpus = limits != nullptr ? limits->free_cpus : std::map<std::string, double>{};
 
   DiscoveredPool out;
   std::set<std::string> used;  // nodes earlier entries placed ranks on
@@ -160,36 +166,68 @@ DiscoveredPool discover_pool(const api::PoolSpec& pool, const std::vector<json>&
       }
       std::vector<const json*> fresh, shared;
       size_t unschedulable = 0;
+      std::vector<std::string> tainted;  // "node (key=value:Effect)"
+      std::map<std::string, std::string> selector = entry.node_selector;  // the entry's, and its pods' nodeSelector
+      if (limits != nullptr && limits->entry_node_selectors.count(entry.name))
+        for (const auto& [k, v] : limits->entry_node_selectors.at(entry.name)) selector[k] = v;
       for (const json* n : sorted) {
-        if (!selector_matches(entry.node_selector, *n)) continue;
+        if (!selector_matches(selector, *n)) continue;
         if (!node_is_schedulable(*n)) {
           ++unschedulable;
           continue;
         }
+        if (limits != nullptr) {
+          json tolerations = limits->entry_tolerations.count(entry.name) ? limits->entry_tolerations.at(entry.name) : json::array();
+          if (!limits->gpu_tolerations.empty() && is_gpu_device_class(class_for(entry, *n, path)))
+            for (const json& t : limits->gpu_tolerations) tolerations.push_back(t);
+          const std::vector<json> bad = untolerated_taints(*n, tolerations);
+          if (!bad.empty()) {
+            tainted.push_back(node_name(*n) + " (" + taint_text(bad[0]) + ")");
+            continue;
+          }
+        }
         (used.count(node_name(*n)) ? shared : fresh).push_back(n);
       }
+      const std::string tolerate = "add a toleration to spec.pool." + std::string(kind) + "[" + std::to_string(e) +
+                                   "].podTemplate.tolerations (or spec.podTemplate.tolerations)";
+      if (!tainted.empty() && !(fresh.empty() && shared.empty()))
+        out.notes.push_back(path + ": skipped nodes with taints the pods do not tolerate: " + joined(tainted) + "; " + tolerate);
       std::vector<const json*> matching = fresh;
       matching.insert(matching.end(), shared.begin(), shared.end());
-      const std::string no_nodes = "no node matches " + path + ": nodeSelector " + selector_text(entry.node_selector) +
+      const std::string no_nodes = "no node matches " + path + ": nodeSelector " + selector_text(selector) +
                                    (unschedulable ? " (" + std::to_string(unschedulable) + " matching nodes are cordoned or not Ready)"
                                                   : std::string("")) +
                                    ". Label the nodes (kubectl label node NODE KEY=VALUE) or fix the selector";
+      if (matching.empty() && !tainted.empty()) {
+        const std::string untolerated = "every node matching " + path + " has a taint its pods do not tolerate: " +
+                                        joined(tainted) + "; " + tolerate + ", or untaint the nodes";
+        if (capacity == nullptr) throw PoolDiscoveryError("UntoleratedTaints", untolerated);
+        out.notes.push_back(untolerated);
+        continue;
+      }
       if (matching.empty()) {
         if (capacity == nullptr) throw PoolDiscoveryError("NoMatchingNodes", no_nodes);
         out.notes.push_back(no_nodes);
         continue;
       }
-      // Round-robin over the nodes; an elastic pool skips nodes whose free GPUs are used up.
+      // Round-robin over the nodes, skipping nodes whose free GPUs (GPU ranks) or free CPU (CPU
+      // ranks) are used up.
+      const double cpu_per_rank = limits != nullptr ? limits->cpu_per_rank : 1;
       int64_t placed = 0;
       for (size_t turn = 0; placed < entry.count;) {
         bool progress = false;
         for (size_t k = 0; k < matching.size() && placed < entry.count; ++k, ++turn) {
           const json& node = *matching[turn % matching.size()];
           DiscoveredRank r = make_rank(entry, node, path, kind, int64_t(out.ranks.size()));
-          auto gpus = capacity != nullptr ? free.find(r.node) : free.end();
+          auto gpus = free.find(r.node);
           if (gpus != free.end() && r.gpus > 0) {
             if (gpus->second < r.gpus) continue;
             gpus->second -= r.gpus;
+          }
+          auto cpus = free_cpus.find(r.node);
+          if (cpus != free_cpus.end() && r.gpus == 0 && !is_gpu_device_class(r.device_class)) {
+            if (cpus->second + 1e-9 < cpu_per_rank) continue;
+            cpus->second -= cpu_per_rank;
           }
           used.insert(r.node);
           out.ranks.push_back(std::move(r));
@@ -198,9 +236,26 @@ DiscoveredPool discover_pool(const api::PoolSpec& pool, const std::vector<json>&
         }
         if (!progress) break;
       }
-      if (placed < entry.count)
-        out.notes.push_back(path + ": " + std::to_string(placed) + " of " + std::to_string(entry.count) +
-                            " ranks (the matching nodes' free nvidia.com/gpu hold no more)");
+      if (placed < entry.count) {
+        std::string held;  // what each matching node had free
+        for (const json* n : matching) {
+          const std::string name = node_name(*n);
+          std::string part;
+          if (limits != nullptr && limits->free_gpus.count(name)) part = std::to_string(limits->free_gpus.at(name)) + " free GPUs";
+          else if (capacity != nullptr && capacity->free_gpus.count(name)) part = std::to_string(capacity->free_gpus.at(name)) + " free GPUs";
+          if (limits != nullptr && limits->free_cpus.count(name)) {
+            char cpu[48];
+            std::snprintf(cpu, sizeof cpu, "%.3g free cpu", limits->free_cpus.at(name));
+            part += (part.empty() ? "" : ", ") + std::string(cpu);
+          }
+          if (!part.empty()) held += (held.empty() ? "" : "; ") + name + ": " + part;
+        }
+        const std::string short_of = path + ": " + std::to_string(placed) + " of " + std::to_string(entry.count) +
+                                     " ranks fit (the matching nodes' free nvidia.com/gpu and cpu hold no more" +
+                                     (held.empty() ? std::string("") : ": " + held) + ")";
+        if (capacity == nullptr) throw PoolDiscoveryError("InsufficientCapacity", short_of + "; waiting for capacity");
+        out.notes.push_back(short_of);
+      }
     }
   };
   place(pool.training, POOL_KIND_TRAINING);

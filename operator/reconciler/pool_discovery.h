@@ -44,6 +44,7 @@ struct DiscoveredRank {
   std::string entry;                // the pool entry's name
   int64_t memory_budget_bytes = 0;  // 0: the device's memory (GPU estimates) or unlimited
   int64_t gpus = 0;                 // nvidia.com/gpu per rank (GPU classes: gpusPerRank, default 1)
+  int64_t predicted_memory_bytes = 0;  // the plan's predicted peak (0 until planned)
   bool operator==(const DiscoveredRank&) const = default;
 };
 
@@ -62,7 +63,8 @@ struct PoolCapacity {
 };
 
 // Why a pool cannot be discovered. reason: "NoMatchingNodes" (nothing fits an entry's
-// selector: a spec or cluster problem) or "UnknownDeviceClass" (a node's labels name no class).
+// selector: a spec or cluster problem), "UnknownDeviceClass" (a node's labels name no class),
+// "UntoleratedTaints" or "InsufficientCapacity" (wait for the cluster or a spec change).
 class PoolDiscoveryError : public std::runtime_error {
  public:
   PoolDiscoveryError(std::string reason, const std::string& message)
@@ -73,9 +75,15 @@ class PoolDiscoveryError : public std::runtime_error {
   std::string reason_;
 };
 
+struct PlacementLimits;  // node_placement.h
+
 // Throws PoolDiscoveryError naming the entry and its selector, or the node and the known classes.
+// With `limits` (free GPUs and CPU, the entries' tolerations): nodes whose NoSchedule/NoExecute
+// taints the entry's pods do not tolerate are skipped (a note; all of them: UntoleratedTaints),
+// and a node takes at most the ranks its free GPUs (GPU ranks) or free CPU (CPU ranks) hold (a
+// fixed pool that does not fit: InsufficientCapacity; elastic pools give fewer ranks).
 DiscoveredPool discover_pool(const api::PoolSpec& pool, const std::vector<nlohmann::json>& nodes,
-                             const PoolCapacity* capacity = nullptr);
+                             const PoolCapacity* capacity = nullptr, const PlacementLimits* limits = nullptr);
 
 // The device class of an nvidia.com/gpu.product value (substring match, case-insensitive);
 // "" when no known GPU matches.

@@ -43,6 +43,7 @@ OPERATOR_METRICS = {
     "qsync_operator_jobs": ("gauge", {"phase"}),
     "qsync_operator_planning_duration_seconds": (HISTOGRAM, set()),
     "qsync_operator_borrowed_devices": ("gauge", {"namespace", "job"}),
+    "qsync_operator_job_restarts": ("gauge", {"namespace", "job"}),
     "qsync_operator_reclaims_total": ("counter", {"reason", "result"}),
     "qsync_operator_reclaim_seconds": (HISTOGRAM, set()),
     "qsync_operator_resizes_total": ("counter", {"reason"}),

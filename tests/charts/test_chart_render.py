@@ -22,6 +22,9 @@ NON_DEFAULT_VALUES = {
                                                   "labels": {"release": "kube-prometheus"}}},
     "health": {"port": 9091},
     "workers": 8,
+    "workerPods": {"gpuTolerations": [{"key": "dedicated", "operator": "Equal", "value": "gpu",
+                                       "effect": "NoSchedule"}],
+                   "podMonitor": {"enabled": True, "interval": "10s", "labels": {"release": "kube-prometheus"}}},
     "api": {"qps": 50, "burst": 100},
     "workerImage": "registry.example/qsync-worker:1.2.3",
     "gpuWorkerImage": "registry.example/qsync-worker-cuda:1.2.3",
@@ -163,7 +166,8 @@ class DefaultRenderTest(unittest.TestCase):
             "--leader-election-namespace": RELEASE_NAMESPACE,
             "--leader-election-id": FULLNAME,
             "--metrics-port": "8080", "--health-port": "8081", "--workers": "4",
-            "--qps": "20", "--burst": "30", "--worker-image": "qsync-worker:0.1.0"})
+            "--qps": "20", "--burst": "30", "--worker-image": "qsync-worker:0.1.0",
+            "--gpu-tolerations": '[{"effect":"NoSchedule","key":"nvidia.com/gpu","operator":"Exists"}]'})
         self.assertEqual(deployment["spec"]["template"]["spec"]["serviceAccountName"], FULLNAME)
         self.assertEqual(container["resources"], {"requests": {"cpu": "100m", "memory": "128Mi"},
                                                   "limits": {"cpu": "500m", "memory": "512Mi"}})
@@ -207,6 +211,7 @@ class DefaultRenderTest(unittest.TestCase):
         self.assertEqual(port["port"], 8080)
         self.assertIn(port["targetPort"], [p["name"] for p in container["ports"]])
         self.assertEqual(objects_of_kind(self.objects, "ServiceMonitor"), [])
+        self.assertEqual(objects_of_kind(self.objects, "PodMonitor"), [])  # off by default too
 
     def test_dashboard_configmap(self):
         configmap = one_object(self.objects, "ConfigMap", f"{FULLNAME}-dashboard")
@@ -232,7 +237,8 @@ class NonDefaultRenderTest(unittest.TestCase):
             "--namespace": "ml-team", "--leader-elect": "false",
             "--metrics-port": "9090", "--health-port": "9091", "--workers": "8",
             "--qps": "50", "--burst": "100", "--worker-image": "registry.example/qsync-worker:1.2.3",
-            "--gpu-worker-image": "registry.example/qsync-worker-cuda:1.2.3"})
+            "--gpu-worker-image": "registry.example/qsync-worker-cuda:1.2.3",
+            "--gpu-tolerations": '[{"effect":"NoSchedule","key":"dedicated","operator":"Equal","value":"gpu"}]'})
         self.assertEqual(deployment["spec"]["template"]["spec"]["serviceAccountName"], "trainer-operator")
         account = one_object(self.objects, "ServiceAccount", "trainer-operator")
         self.assertEqual(account["metadata"]["annotations"], {"team": "ml"})
@@ -266,6 +272,18 @@ class NonDefaultRenderTest(unittest.TestCase):
         self.assertEqual(endpoint["path"], "/metrics")
         self.assertIn(endpoint["port"], [p["name"] for p in service["spec"]["ports"]])
         self.assertEqual(service["spec"]["ports"][0]["port"], 9090)
+
+    def test_worker_pod_monitor(self):
+        monitor = one_object(self.objects, "PodMonitor", f"{FULLNAME}-workers")
+        self.assertEqual(monitor["apiVersion"], "monitoring.coreos.com/v1")
+        self.assertEqual(monitor["metadata"]["namespace"], RELEASE_NAMESPACE)
+        self.assertEqual(monitor["metadata"]["labels"]["release"], "kube-prometheus")
+        # Every worker pod: the operator labels them qsync.dev/job (operator/reconciler/desired_children.h).
+        self.assertEqual(monitor["spec"]["selector"], {"matchExpressions": [{"key": "qsync.dev/job", "operator": "Exists"}]})
+        self.assertEqual(monitor["spec"]["namespaceSelector"], {"matchNames": ["ml-team"]})  # the watched namespace
+        (endpoint,) = monitor["spec"]["podMetricsEndpoints"]
+        self.assertEqual(endpoint, {"port": "metrics", "path": "/metrics", "interval": "10s", "honorLabels": True})
+        self.assertIn("qsync.dev/rank", monitor["spec"]["podTargetLabels"])
 
     def test_dashboard_configmap_in_the_grafana_namespace(self):
         configmap = one_object(self.objects, "ConfigMap", f"{FULLNAME}-dashboard")
@@ -313,6 +331,7 @@ class ValuesValidationTest(unittest.TestCase):
         self.assert_render_refused({"watchNamespace": "Not_A_Namespace"}, "watchNamespace")
         self.assert_render_refused({"rbac": {"namespaced": "yes"}}, "namespaced")
         self.assert_render_refused({"leaderElect": True}, "leaderElect")
+        self.assert_render_refused({"workerPods": {"gpuTolerations": [{"operator": "Sometimes"}]}}, "operator")
 
     def test_schema_accepts_the_defaults_and_the_non_default_values(self):
         with helm.Chart.load(CHART_DIR) as chart:

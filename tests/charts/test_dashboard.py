@@ -78,6 +78,7 @@ class DashboardStructureTest(unittest.TestCase):
             "jobs by phase": r"by \(phase\) \(qsync_operator_jobs\)",
             "planning duration": r"qsync_operator_planning_duration_seconds_bucket",
             "borrowed GPUs": r"qsync_operator_borrowed_devices",
+            "whole-job restarts per job": r"max by \(namespace, job\) \(qsync_operator_job_restarts\)",
             "reclaims": r"qsync_operator_reclaims_total",
             "reclaim latency": r"qsync_operator_reclaim_seconds_bucket",
             "resizes": r"qsync_operator_resizes_total",

@@ -87,6 +87,22 @@ TEST(CrdSchema, DefaultsEnumsAndBounds) {
   EXPECT_EQ(run["cleanPodPolicy"]["default"], "Running");
   EXPECT_EQ(run["suspend"]["default"], false);
   EXPECT_EQ(run["managedBy"]["default"], "qsync.dev/operator");
+  // Fixed values (Kubeflow's), immutable once set (a CEL transition rule: real API servers).
+  EXPECT_EQ(run["managedBy"]["enum"], json::array({"qsync.dev/operator", "kueue.x-k8s.io/multikueue"}));
+  EXPECT_EQ(run["managedBy"]["x-kubernetes-validations"][0]["rule"], "self == oldSelf");
+}
+
+TEST(CrdSchema, PodTemplateKeepsKubernetesTypesWhole) {
+  const json& t = spec_schema()["properties"]["podTemplate"]["properties"];
+  EXPECT_EQ(t["affinity"]["x-kubernetes-preserve-unknown-fields"], true);
+  EXPECT_EQ(t["volumes"]["items"]["x-kubernetes-preserve-unknown-fields"], true);
+  EXPECT_EQ(t["volumes"]["items"]["required"], json::array({"name"}));
+  EXPECT_EQ(t["tolerations"]["items"]["properties"]["effect"]["enum"],
+            json::array({"NoSchedule", "PreferNoSchedule", "NoExecute"}));
+  EXPECT_FALSE(t.contains("hostNetwork"));  // only the listed settings
+  // Every pool entry takes one too.
+  const json& entry = spec_schema()["properties"]["pool"]["properties"]["inference"]["items"]["properties"];
+  EXPECT_EQ(entry["podTemplate"]["properties"]["tolerations"]["type"], "array");
 }
 
 TEST(CrdSchema, PoolEntriesAndMaps) {
@@ -133,7 +149,9 @@ TEST(CrdSchema, EverySchemaNodeIsStructural) {
     }
     ASSERT_TRUE(s.contains("type")) << at << " has no type";
     if (s["type"] == "object" && at != "metadata") {
-      EXPECT_TRUE(s.contains("properties") || s.contains("additionalProperties")) << at << " would be pruned to {}";
+      EXPECT_TRUE(s.contains("properties") || s.contains("additionalProperties") ||
+                  s.value("x-kubernetes-preserve-unknown-fields", false))  // kept whole (podTemplate.affinity)
+          << at << " would be pruned to {}";
     }
     if (s.contains("properties"))
       for (const auto& [name, child] : s["properties"].items()) walk(child, at.empty() ? name : at + "." + name);

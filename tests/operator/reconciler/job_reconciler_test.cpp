@@ -193,6 +193,7 @@ TEST_F(JobReconcilerTest, WorkerFailureRestartsTheWholeJobUntilBackoffLimit) {
             std::string::npos)
       << event_messages();
   EXPECT_EQ(metrics_->restarts(), 1);
+  EXPECT_EQ(metrics_->job_restarts("default", "fm"), 1);  // per job, for the dashboard's panel
 
   reconcile();
   ASSERT_EQ(pods().size(), 2u);
@@ -380,7 +381,7 @@ TEST_F(JobReconcilerTest, MissingProfileWaitsInsteadOfFailing) {
   const controller::ReconcileResult r = reconcile();
   ASSERT_TRUE(r.requeue_after.has_value());
   const api::HybridTrainingJobStatus s = status();
-  EXPECT_EQ(s.phase, "Pending");
+  EXPECT_EQ(s.phase, "Planning");  // waits in planning for the profile
   EXPECT_EQ(condition(s, api::CONDITION_PLANNED).reason, "ProfileMissing");
   EXPECT_NE(condition(s, api::CONDITION_PLANNED).message.find("kubectl label configmap"), std::string::npos);
   EXPECT_FALSE(api::is_finished(s.conditions));

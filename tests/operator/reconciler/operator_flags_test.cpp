@@ -42,6 +42,15 @@ TEST(OperatorFlags, BooleansAndDefaults) {
   EXPECT_EQ(parse_operator_flags({}).gpu_worker_image, "");
 }
 
+TEST(OperatorFlags, GpuTolerationsAreAJsonList) {
+  EXPECT_EQ(parse_operator_flags({}).gpu_tolerations, nlohmann::json::array());
+  const auto f = parse_operator_flags({R"(--gpu-tolerations=[{"key":"nvidia.com/gpu","operator":"Exists","effect":"NoSchedule"}])"});
+  ASSERT_EQ(f.gpu_tolerations.size(), 1u);
+  EXPECT_EQ(f.gpu_tolerations[0]["key"], "nvidia.com/gpu");
+  EXPECT_THROW(parse_operator_flags({"--gpu-tolerations", "nvidia.com/gpu"}), std::invalid_argument);
+  EXPECT_THROW(parse_operator_flags({"--gpu-tolerations", R"([{"key":"k","hostNetwork":true}])"}), std::invalid_argument);
+}
+
 TEST(OperatorFlags, ErrorsNameTheFlag) {
   EXPECT_THROW(parse_operator_flags({"--workers", "four"}), std::invalid_argument);
   EXPECT_THROW(parse_operator_flags({"--workers", "0"}), std::invalid_argument);

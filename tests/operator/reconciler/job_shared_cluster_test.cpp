@@ -1,0 +1,232 @@
+// File: tests/operator/reconciler/job_shared_cluster_test.cpp
+// The reconciler on a shared cluster, against the in-process Kubernetes API test server (no
+// kubelet: the tests set Pod phases): the pool (a tainted inference node, a training
+// node with one GPU free of two) waits in Planning with the taint named, then runs once the
+// inference entry tolerates it; a Kueue-queued job reports its pod sets while suspended and
+// starts only after a fake admission like Kueue's (unsuspend + a node selector injected) on the
+// admitted flavor's nodes; an edited count never mixes WORLD_SIZE values; startTime lost with a
+// failed status write is taken from the pods, so activeDeadlineSeconds still fires.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cmath>
+#include <set>
+
+#include <prometheus/registry.h>
+
+#include "operator/api/crd_schema.h"
+#include "operator/api/hybrid_training_job.h"
+#include "operator/reconciler/job_reconciler.h"
+#include "tests/operator/api_server_fixture.h"
+#include "tests/operator/cluster_objects.h"
+
+namespace qsync::reconciler {
+namespace {
+
+using json = nlohmann::json;
+
+const json INFERENCE_TAINT = {{"key", "dedicated"}, {"value", "inference"}, {"effect", "NoSchedule"}};
+
+json gpu_node(const std::string& name, json labels, int gpus, json taints = json::array()) {
+  labels["nvidia.com/gpu.product"] = "NVIDIA-A100-SXM4-80GB";
+  json n = operator_test::ready_node(name, labels, {{"memory", "64Gi"}, {"cpu", "16"}, {"nvidia.com/gpu", std::to_string(gpus)}});
+  if (!taints.empty()) n["spec"]["taints"] = taints;
+  return n;
+}
+
+class SharedClusterTest : public operator_test::ApiServerTest {
+ protected:
+  SharedClusterTest() {
+    server_.put_object(api::hybrid_training_job_crd());
+    reader_ = std::make_unique<ApiClusterReader>(*client_);
+    events_ = std::make_unique<kube::EventRecorder>(*client_, "qsync-operator");
+    metrics_ = std::make_unique<JobMetrics>(registry_);
+    ReconcilerOptions options;
+    options.now_seconds = [this] { return clock_; };
+    options.children.gpu_tolerations = json::array({{{"key", "nvidia.com/gpu"}, {"operator", "Exists"}, {"effect", "NoSchedule"}}});
+    reconciler_ = std::make_unique<JobReconciler>(*client_, *reader_, events_.get(), metrics_.get(), options);
+    clock_ = std::floor(std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count());
+  }
+
+  void create_job(json spec_patch, json labels = json::object()) {
+    json spec = operator_test::two_pool_job_spec("cnn", "training", "inference");
+    spec.merge_patch(spec_patch);
+    json job = operator_test::hybrid_training_job("fm", spec);
+    if (!labels.empty()) job["metadata"]["labels"] = labels;
+    client_->create(hybrid_training_jobs_type(), "default", job);
+  }
+  void reconcile() { reconciler_->reconcile("default/fm"); }
+  json job() { return server_.get_object("qsync.dev/v1alpha1", "hybridtrainingjobs", "default", "fm"); }
+  api::HybridTrainingJobStatus status() { return api::hybrid_training_job_status_from_json(job()["status"]); }
+  std::string condition_reason(const char* type) {
+    const api::HybridTrainingJobStatus s = status();
+    const api::Condition* c = api::find_condition(s.conditions, type);
+    return c != nullptr ? c->reason : "<absent>";
+  }
+  std::vector<json> pods() {
+    std::vector<json> out;
+    for (const json& p : server_.list_objects("v1", "pods", "default"))
+      if (!p["metadata"].contains("deletionTimestamp") && p["metadata"].value("labels", json::object()).contains("qsync.dev/job"))
+        out.push_back(p);
+    return out;
+  }
+  void patch_spec(json patch) { client_->patch_merge(hybrid_training_jobs_type(), "default", "fm", {{"spec", patch}}); }
+  void set_running(const std::string& start_time = "") {
+    for (json p : pods()) {
+      p["status"] = {{"phase", "Running"}};
+      if (!start_time.empty()) p["status"]["startTime"] = start_time;
+      server_.put_object(p);
+    }
+  }
+  static std::string env_of(const json& pod, const std::string& name) {
+    for (const json& e : pod["spec"]["containers"][0]["env"])
+      if (e["name"] == name) return e.value("value", "");
+    return "<absent>";
+  }
+  static json hosts(const json& pod) {
+    return pod["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0]
+              ["matchExpressions"][0]["values"];
+  }
+
+  prometheus::Registry registry_;
+  std::unique_ptr<ApiClusterReader> reader_;
+  std::unique_ptr<kube::EventRecorder> events_;
+  std::unique_ptr<JobMetrics> metrics_;
+  std::unique_ptr<JobReconciler> reconciler_;
+  double clock_ = 0;
+};
+
+// The pool: the inference node is tainted, the training node has one GPU free of two.
+TEST_F(SharedClusterTest, TaintedInferenceNodeAndOneFreeGpu) {
+  server_.put_object(gpu_node("train-1", {{"qsync.dev/pool", "training"}}, 2));
+  server_.put_object(gpu_node("infer-1", {{"qsync.dev/pool", "inference"}}, 1, json::array({INFERENCE_TAINT})));
+  json other = {{"apiVersion", "v1"}, {"kind", "Pod"},
+                {"metadata", {{"name", "someone-else"}, {"namespace", "default"}}},
+                {"spec", {{"nodeName", "train-1"},
+                          {"containers", json::array({{{"name", "c"}, {"image", "x"},
+                                                       {"resources", {{"limits", {{"nvidia.com/gpu", "1"}}}}}}})}}},
+                {"status", {{"phase", "Running"}}}};
+  server_.put_object(other);
+  create_job({{"pool", {{"training", json::array({{{"name", "train"}, {"nodeSelector", {{"qsync.dev/pool", "training"}}}, {"count", 2}}})}}}});
+
+  reconcile();  // two training ranks do not fit one free GPU, and infer-1's taint is not tolerated
+  EXPECT_EQ(status().phase, "Planning");
+  EXPECT_TRUE(pods().empty());
+  const std::string first = condition_reason(api::CONDITION_PLANNED);
+  EXPECT_TRUE(first == "InsufficientCapacity" || first == "UntoleratedTaints") << first;
+
+  patch_spec({{"pool", {{"training", json::array({{{"name", "train"}, {"nodeSelector", {{"qsync.dev/pool", "training"}}}, {"count", 1}}})}}}});
+  reconcile();
+  EXPECT_EQ(status().phase, "Planning");
+  EXPECT_EQ(condition_reason(api::CONDITION_PLANNED), "UntoleratedTaints");
+  EXPECT_NE(status().message.find("infer-1 (dedicated=inference:NoSchedule)"), std::string::npos) << status().message;
+
+  const json toleration = {{"key", "dedicated"}, {"operator", "Equal"}, {"value", "inference"}, {"effect", "NoSchedule"}};
+  patch_spec({{"pool", {{"inference", json::array({{{"name", "infer"},
+                                                     {"nodeSelector", {{"qsync.dev/pool", "inference"}}},
+                                                     {"podTemplate", {{"tolerations", json::array({toleration})}}}}})}}}});
+  reconcile();
+  ASSERT_EQ(pods().size(), 2u) << status().message;
+  EXPECT_EQ(condition_reason(api::CONDITION_PLANNED), "PlanReady");
+  for (const json& p : pods()) {
+    const json& res = p["spec"]["containers"][0]["resources"];
+    EXPECT_EQ(res["limits"]["nvidia.com/gpu"], "1");
+    EXPECT_TRUE(res["requests"].contains("memory"));  // never BestEffort
+    const json tolerations = p["spec"]["tolerations"];
+    EXPECT_EQ(tolerations[0]["key"], "nvidia.com/gpu");  // --gpu-tolerations
+    if (p["metadata"]["labels"]["qsync.dev/pool-kind"] == "inference") {
+      EXPECT_EQ(hosts(p), json::array({"infer-1"}));
+      ASSERT_EQ(tolerations.size(), 2u);
+      EXPECT_EQ(tolerations[1], toleration);
+    } else {
+      EXPECT_EQ(hosts(p), json::array({"train-1"}));
+      EXPECT_EQ(tolerations.size(), 1u);
+    }
+  }
+}
+
+// Kueue's contract for a job CRD: created suspended, pod sets to reserve quota for, and on
+// admission RunWithPodSetsInfo injects the flavor's node selector and unsuspends it.
+TEST_F(SharedClusterTest, KueueAdmissionStartsTheJobOnTheAdmittedFlavor) {
+  for (const char* name : {"spot-1", "ondemand-1", "ondemand-2"})
+    server_.put_object(gpu_node(name, {{"qsync.dev/pool", "training"},
+                                       {"flavor", std::string(name).rfind("spot", 0) == 0 ? "spot" : "on-demand"}},
+                                1));
+  server_.put_object(gpu_node("infer-1", {{"qsync.dev/pool", "inference"}, {"flavor", "inference"}}, 1));
+  create_job({{"runPolicy", {{"suspend", true}}},
+              {"pool", {{"training", json::array({{{"name", "train"}, {"nodeSelector", {{"qsync.dev/pool", "training"}}}, {"count", 2}}})}}}},
+             {{"kueue.x-k8s.io/queue-name", "research"}});
+  reconcile();
+  EXPECT_TRUE(pods().empty());
+  EXPECT_EQ(status().phase, "Suspended");
+  const std::vector<api::PodSetStatus> sets = status().pod_sets;
+  ASSERT_EQ(sets.size(), 2u);
+  EXPECT_EQ(sets[0].name, "train");
+  EXPECT_EQ(sets[0].count, 2);
+  EXPECT_EQ(sets[0].requests.at("nvidia.com/gpu"), "1");
+  EXPECT_EQ(sets[0].requests.at("cpu"), "1");
+  EXPECT_EQ(sets[1].name, "infer");
+
+  // The fake admission: each pod set's flavor (on-demand for train) as its node selector, then
+  // unsuspend, as Kueue's RunWithPodSetsInfo does.
+  patch_spec({{"pool",
+               {{"training", json::array({{{"name", "train"}, {"nodeSelector", {{"qsync.dev/pool", "training"}}}, {"count", 2},
+                                           {"podTemplate", {{"nodeSelector", {{"flavor", "on-demand"}}}}}}})},
+                {"inference", json::array({{{"name", "infer"}, {"nodeSelector", {{"qsync.dev/pool", "inference"}}},
+                                            {"podTemplate", {{"nodeSelector", {{"flavor", "inference"}}}}}}})}}}});
+  patch_spec({{"runPolicy", {{"suspend", false}}}});
+  reconcile();
+  std::vector<json> train;
+  for (const json& p : pods())
+    if (p["metadata"]["labels"]["qsync.dev/pool-kind"] == "training") train.push_back(p);
+  ASSERT_EQ(train.size(), 2u) << status().message;
+  for (const json& p : train) {
+    EXPECT_EQ(p["spec"]["nodeSelector"]["flavor"], "on-demand");
+    // Kueue places the pods: affinity to the planned on-demand nodes, not one pinned host.
+    EXPECT_EQ(hosts(p), json::array({"ondemand-1", "ondemand-2"}));
+  }
+  EXPECT_EQ(pods().size(), 3u);
+  EXPECT_EQ(status().phase, "Pending");  // pods created, not yet running (no kubelet here)
+}
+
+TEST_F(SharedClusterTest, AnEditedCountRestartsEveryRankAtTheNewSize) {
+  server_.put_object(gpu_node("train-1", {{"qsync.dev/pool", "training"}}, 4));
+  server_.put_object(gpu_node("infer-1", {{"qsync.dev/pool", "inference"}}, 4));
+  create_job(json::object());
+  reconcile();
+  ASSERT_EQ(pods().size(), 2u);
+  set_running();
+  reconcile();
+  patch_spec({{"pool", {{"training", json::array({{{"name", "train"}, {"nodeSelector", {{"qsync.dev/pool", "training"}}}, {"count", 3}}})}}}});
+  size_t seen_new = 0;
+  for (int pass = 0; pass < 4; ++pass) {
+    reconcile();
+    std::set<std::string> sizes;
+    for (const json& p : pods()) sizes.insert(env_of(p, "WORLD_SIZE"));
+    EXPECT_LE(sizes.size(), 1u) << "mixed WORLD_SIZE after pass " << pass;
+    if (sizes == std::set<std::string>{"4"}) seen_new = pods().size();
+  }
+  EXPECT_EQ(seen_new, 4u);
+  bool replanned = false;
+  for (const json& e : server_.list_objects("v1", "events", "default"))
+    replanned = replanned || (e.value("reason", "") == "Replanned" && e.value("message", "").find("4 ranks") != std::string::npos);
+  EXPECT_TRUE(replanned);
+}
+
+TEST_F(SharedClusterTest, StartTimeLostWithAStatusWriteComesFromThePods) {
+  server_.put_object(gpu_node("train-1", {{"qsync.dev/pool", "training"}}, 1));
+  server_.put_object(gpu_node("infer-1", {{"qsync.dev/pool", "inference"}}, 1));
+  create_job({{"runPolicy", {{"activeDeadlineSeconds", 600}}}});
+  reconcile();
+  set_running("2026-01-01T00:00:00Z");
+  json lost = job();  // the pass that created the pods failed to write its status
+  lost["status"].erase("startTime");
+  client_->update_status(hybrid_training_jobs_type(), lost);
+  clock_ = kube::kube_time_parse("2026-01-01T00:11:00Z");
+  reconcile();
+  EXPECT_EQ(status().start_time, "2026-01-01T00:00:00Z");
+  EXPECT_EQ(condition_reason(api::CONDITION_FAILED), "DeadlineExceeded");
+}
+
+}  // namespace
+}  // namespace qsync::reconciler
