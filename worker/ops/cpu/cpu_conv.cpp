@@ -184,12 +184,12 @@ bool CpuOps::conv2d_backward_onednn(const Conv2dBackward& a, const ConvGeometry&
   weights.op = ConvOnednnOp::BACKWARD_WEIGHTS;
   data.shape = weights.shape = onednn_shape(g, a.dy->dim(0), wb.dim(0));
   data.type = weights.type = type;
-  if (!conv_onednn_supports(data) || !conv_onednn_supports(weights)) return false;
+  if ((a.dx != nullptr && !conv_onednn_supports(data)) || !conv_onednn_supports(weights)) return false;
   const Tensor gc = a.cast_dy(*a.dy);  // (B, O, H', W') in the backward precision
   if (gc.precision() != type)
     throw std::logic_error("conv2d_backward: layer '" + layer + "' casts its gradient to " +
                            precision_name(gc.precision()) + " but saved its operands in " + precision_name(type));
-  {
+  if (a.dx != nullptr) {
     OpClock clock(ctx, layer + ".conv_input_grad");
     data.w = wb.data();
     data.dy = gc.data();
@@ -223,7 +223,7 @@ void CpuOps::conv2d_backward(const Conv2dBackward& a, const ConvGeometry& g, Ste
       }
   }
   if (conv2d_backward_onednn(a, g, ctx, layer)) return;
-  fill_zero(*a.dx);
+  if (a.dx != nullptr) fill_zero(*a.dx);
   const int64_t chunk = std::min(batch, chunk_samples(g));
   const int elem = precision_bytes(xb.precision());
   Tensor dy_cm = Tensor::empty({o, chunk * hw}, Precision::FP32, ctx.memory, layer + " gradient (channel-major)");
@@ -237,12 +237,12 @@ void CpuOps::conv2d_backward(const Conv2dBackward& a, const ConvGeometry& g, Ste
       for (int64_t s = 0; s < n; ++s)
         std::memcpy(gc_rows + oc * n * hw + s * hw, gp + ((s0 + s) * o + oc) * hw, size_t(hw) * sizeof(float));
     const Tensor gc = a.cast_dy(dy_n);  // (O, n*H'W') backward precision
-    {
-      OpClock clock(ctx, layer + ".gemm_input_grad");
-      Tensor dcols_n = dcols.prefix({ckk, n * hw});
-      matmul(wb, Transpose::YES, gc, Transpose::NO, dcols_n, {});  // (CKK, n*H'W')
-    }
-    {
+    if (a.dx != nullptr) {
+      {
+        OpClock clock(ctx, layer + ".gemm_input_grad");
+        Tensor dcols_n = dcols.prefix({ckk, n * hw});
+        matmul(wb, Transpose::YES, gc, Transpose::NO, dcols_n, {});  // (CKK, n*H'W')
+      }
       OpClock clock(ctx, layer + ".col2im");
       col2im_add(dcols.f32(), s0, n, g, a.dx->f32());
     }
