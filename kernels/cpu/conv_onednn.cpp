@@ -210,13 +210,25 @@ std::string conv_onednn_impl(const ConvOnednnCall& call) { return isa_allows(cal
 
 bool conv_onednn_supports(const ConvOnednnCall& call) { return !conv_onednn_impl(call).empty(); }
 
-void conv_onednn_run(const ConvOnednnCall& call) {
+namespace {
+
+void check_supported(const ConvOnednnCall& call) {
   if (!conv_onednn_supports(call))
     throw std::logic_error("conv_onednn_run: oneDNN has no exact JIT convolution for this call under the active ISA; "
                            "check conv_onednn_supports first and use the im2col path");
+}
+
+dnnl::stream& thread_stream() {
+  thread_local dnnl::stream stream(conv_engine());
+  return stream;
+}
+
+// Runs a supported call; `prepared_dy`: dy already in the primitive's layout (shared by the two
+// backward convolutions), or nullptr.
+void run_call(const ConvOnednnCall& call, const memory* prepared_dy) {
   const ConvPrimitive& p = cached(call);
   dnnl::engine& eng = conv_engine();
-  thread_local dnnl::stream stream(eng);
+  dnnl::stream& stream = thread_stream();
   const void* in_ptr[2];
   int in_arg[2];
   float* const out = call.out;
@@ -227,6 +239,10 @@ void conv_onednn_run(const ConvOnednnCall& call) {
   }
   std::unordered_map<int, memory> args;
   for (int i = 0; i < 2; ++i) {
+    if (i == 1 && prepared_dy != nullptr) {
+      args.emplace(in_arg[i], *prepared_dy);
+      continue;
+    }
     memory user(p.in_user[i], eng, const_cast<void*>(in_ptr[i]));
     if (!p.in_reordered[i]) {
       args.emplace(in_arg[i], user);
@@ -265,6 +281,33 @@ void conv_onednn_run(const ConvOnednnCall& call) {
       for (int64_t i = 0; i < hw; ++i) row[i] = row[i] * scale + b;
     }
   }
+}
+
+}  // namespace
+
+void conv_onednn_run(const ConvOnednnCall& call) {
+  check_supported(call);
+  run_call(call, nullptr);
+}
+
+void conv_onednn_run_backward(const ConvOnednnCall& data, const ConvOnednnCall& weights) {
+  check_supported(data);
+  check_supported(weights);
+  const ConvPrimitive& pd = cached(data);
+  const ConvPrimitive& pw = cached(weights);
+  if (data.dy != weights.dy || !pd.in_reordered[1] || !pw.in_reordered[1] || pd.in_prim[1] != pw.in_prim[1]) {
+    run_call(data, nullptr);
+    run_call(weights, nullptr);
+    return;
+  }
+  // Both want dy in the same blocked layout: reorder it once (a buffer of its own role).
+  thread_local GrowingBuffer dy_buffer;
+  dnnl::engine& eng = conv_engine();
+  memory user(pd.in_user[1], eng, const_cast<void*>(data.dy));
+  memory blocked(pd.in_prim[1], eng, dy_buffer.get(pd.in_prim[1].get_size()));
+  pd.in_reorder[1].execute(thread_stream(), user, blocked);
+  run_call(data, &blocked);
+  run_call(weights, &blocked);
 }
 
 }  // namespace qsync

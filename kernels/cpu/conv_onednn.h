@@ -52,6 +52,9 @@ struct ConvOnednnCall {
 bool conv_onednn_supports(const ConvOnednnCall& call);
 // Runs it; throws std::logic_error when conv_onednn_supports(call) is false.
 void conv_onednn_run(const ConvOnednnCall& call);
+// Both backward convolutions of one dy (BACKWARD_DATA and BACKWARD_WEIGHTS, same dy pointer):
+// dy is reordered into oneDNN's layout once when both want the same one.
+void conv_onednn_run_backward(const ConvOnednnCall& data, const ConvOnednnCall& weights);
 // The oneDNN implementation of a call, e.g. "jit:avx512_core", or "" when none is taken.
 std::string conv_onednn_impl(const ConvOnednnCall& call);
 

@@ -126,6 +126,15 @@ void check_float_type(const Geometry& g, Precision type) {
   conv_onednn_run(c);  // accumulates
   for (double& v : dw_ref) v *= 2.0;
   expect_equal(dw, dw_ref, "dw += dw");
+  // Both backward convolutions at once (dy reordered once): the same results.
+  ConvOnednnCall data = c;
+  data.op = ConvOnednnOp::BACKWARD_DATA;
+  std::vector<float> dx2(nx, 3.0f);
+  data.out = dx2.data();
+  conv_onednn_run_backward(data, c);
+  expect_equal(dx2, dx_ref, "dx (both at once)");
+  for (double& v : dw_ref) v *= 1.5;
+  expect_equal(dw, dw_ref, "dw += dw (both at once)");
 }
 
 TEST(ConvOnednn, Fp32MatchesTheNaiveConvolutionExactly) {

@@ -189,18 +189,19 @@ bool CpuOps::conv2d_backward_onednn(const Conv2dBackward& a, const ConvGeometry&
   if (gc.precision() != type)
     throw std::logic_error("conv2d_backward: layer '" + layer + "' casts its gradient to " +
                            precision_name(gc.precision()) + " but saved its operands in " + precision_name(type));
-  if (a.dx != nullptr) {
-    OpClock clock(ctx, layer + ".conv_input_grad");
-    data.w = wb.data();
-    data.dy = gc.data();
-    data.out = a.dx->f32();
-    conv_onednn_run(data);
-  }
-  OpClock clock(ctx, layer + ".conv_weight_grad");
   weights.x = xb.data();
   weights.dy = gc.data();
   weights.out = a.dw->f32();
-  conv_onednn_run(weights);
+  if (a.dx == nullptr) {
+    OpClock clock(ctx, layer + ".conv_weight_grad");
+    conv_onednn_run(weights);
+    return true;
+  }
+  data.w = wb.data();
+  data.dy = gc.data();
+  data.out = a.dx->f32();
+  OpClock clock(ctx, layer + ".conv_backward");  // input and weight gradients, dy reordered once
+  conv_onednn_run_backward(data, weights);
   return true;
 }
 
