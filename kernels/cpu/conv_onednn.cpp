@@ -4,6 +4,7 @@
 // layouts oneDNN picked, and their sizes; cached for the process.
 #include "kernels/cpu/conv_onednn.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -89,6 +90,7 @@ struct ConvPrimitive {
   memory::desc in_user[2], in_prim[2], out_user, out_prim, scratch;
   dnnl::reorder in_reorder[2], out_reorder;
   bool in_reordered[2] = {false, false}, out_reordered = false;
+  bool out_nhwc = false;  // the output comes in NHWC (oneDNN's INT8 kernels)
 };
 
 bool is_ref(const std::string& impl) { return impl.empty() || impl.rfind("ref", 0) == 0; }
@@ -99,6 +101,8 @@ void set_reorders(ConvPrimitive& p) {
     if (p.in_reordered[i]) p.in_reorder[i] = dnnl::reorder(dnnl::reorder::primitive_desc(conv_engine(), p.in_user[i], conv_engine(), p.in_prim[i]));
   }
   p.out_reordered = p.out_prim != p.out_user;
+  const memory::dims& d = p.out_user.dims();
+  p.out_nhwc = p.out_prim == memory::desc(d, p.out_user.data_type(), tag::nhwc);
   if (p.out_reordered) p.out_reorder = dnnl::reorder(dnnl::reorder::primitive_desc(conv_engine(), p.out_prim, conv_engine(), p.out_user));
 }
 
@@ -223,6 +227,25 @@ dnnl::stream& thread_stream() {
   return stream;
 }
 
+// y (N, O, H', W') = scale(o) * sums (N, H', W', O) + bias(o), scale(o) = x_scale * w_scales[o]:
+// the INT8 forward's output transform in one pass, in tiles of positions whose O sums stay in L1.
+void nhwc_to_nchw_scaled(const float* sums, const ConvOnednnCall& call, float* y) {
+  const int64_t hw = call.shape.oh * call.shape.ow, o = call.shape.o, n = call.shape.n;
+  constexpr int64_t TILE = 64;
+  const int64_t tiles = (hw + TILE - 1) / TILE;
+#pragma omp parallel for schedule(static) if (n * hw * o > (1 << 16))
+  for (int64_t t = 0; t < n * tiles; ++t) {
+    const int64_t b = t / tiles, p0 = (t % tiles) * TILE, p1 = std::min(hw, p0 + TILE);
+    const float* src = sums + b * hw * o;
+    float* dst = y + b * o * hw;
+    for (int64_t c = 0; c < o; ++c) {
+      const float scale = call.x_scale * call.w_scales[c];
+      const float bias = call.bias != nullptr ? call.bias[c] : 0.0f;
+      for (int64_t p = p0; p < p1; ++p) dst[c * hw + p] = src[p * o + c] * scale + bias;
+    }
+  }
+}
+
 // Runs a supported call; `prepared_dy`: dy already in the primitive's layout (shared by the two
 // backward convolutions), or nullptr.
 void run_call(const ConvOnednnCall& call, const memory* prepared_dy) {
@@ -264,6 +287,12 @@ void run_call(const ConvOnednnCall& call, const memory* prepared_dy) {
   const size_t scratch_bytes = p.scratch.get_size();
   if (scratch_bytes > 0) args.emplace(DNNL_ARG_SCRATCHPAD, memory(p.scratch, eng, thread_buffer(SCRATCH).get(scratch_bytes)));
   p.prim.execute(stream, args);
+  const bool int8_forward = call.op == ConvOnednnOp::FORWARD && call.type == Precision::INT8;
+  if (int8_forward && p.out_nhwc) {  // one pass: NHWC -> NCHW with the scales and the bias
+    stream.wait();
+    nhwc_to_nchw_scaled(static_cast<const float*>(out_prim.get_data_handle()), call, out);
+    return;
+  }
   if (p.out_reordered) p.out_reorder.execute(stream, out_prim, out_user);
   stream.wait();
   if (accumulate) {
@@ -271,7 +300,7 @@ void run_call(const ConvOnednnCall& call, const memory* prepared_dy) {
     for (int64_t i = 0; i < n; ++i) out[i] += plain_out[i];
   }
   // INT8: y = x_scale * w_scale[o] * sum + bias[o], per (sample, channel) plane.
-  if (call.op == ConvOnednnOp::FORWARD && call.type == Precision::INT8) {
+  if (int8_forward) {
     const int64_t hw = call.shape.oh * call.shape.ow, o = call.shape.o;
 #pragma omp parallel for schedule(static) if (call.shape.n * o * hw > (1 << 16))
     for (int64_t so = 0; so < call.shape.n * o; ++so) {
