@@ -45,7 +45,7 @@ void im2col_typed(const T* src, int64_t s0, int64_t samples, const ConvGeometry&
         const T* in = plane + yy * g.w - g.pad + kx;
         std::fill(out, out + lo, T(0));
         if (g.stride == 1) {
-          for (int64_t ox = lo; ox < hi; ++ox) out[ox] = in[ox];
+          std::memcpy(out + lo, in + lo, size_t(hi - lo) * sizeof(T));
         } else {
           for (int64_t ox = lo; ox < hi; ++ox) out[ox] = in[ox * g.stride];
         }
@@ -120,7 +120,11 @@ void col2im_add(const float* src, int64_t s0, int64_t samples, const ConvGeometr
           if (yy < 0 || yy >= g.h) continue;
           const float* in = src + tap * cols + s * hw + oy * g.ow;
           float* out = plane + yy * g.w - g.pad + kx;
-          for (int64_t ox = lo; ox < hi; ++ox) out[ox * g.stride] += in[ox];
+          if (g.stride == 1) {
+            for (int64_t ox = lo; ox < hi; ++ox) out[ox] += in[ox];  // contiguous: vectorized
+          } else {
+            for (int64_t ox = lo; ox < hi; ++ox) out[ox * g.stride] += in[ox];
+          }
         }
       }
   }
