@@ -47,13 +47,13 @@ What it measures
 
 How to run (PyTorch is importable only with Debian's /usr/bin/python3)
   /usr/bin/python3 bench/worker_bench.py                 # full: ~3 minutes at 1 thread
-  /usr/bin/python3 bench/worker_bench.py --repeats 3     # best of 3 (rounds interleaved): ~8 minutes
+  /usr/bin/python3 bench/worker_bench.py --repeats 3     # median of 3 (rounds interleaved): ~8 minutes
   /usr/bin/python3 bench/worker_bench.py --quick         # smoke test: mlp + cnn, few steps
   /usr/bin/python3 bench/worker_bench.py --threads 2 --models cnn,vit --json /tmp/b.json
   /usr/bin/python3 bench/worker_bench.py --op-times      # plus a per-op breakdown of each of our runs
 Options: see --help. Results go to --json (default build/results/worker_bench.json). Timings
 are noisy on a shared machine: the load average before and after the run is recorded; use
---repeats N to keep the best of N medians per configuration.
+--repeats N to keep the median of N interleaved runs' medians per configuration.
 This is a benchmark, not a test: it asserts nothing about speed.
 """
 
@@ -71,14 +71,16 @@ import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ZOO = ["mlp", "cnn", "vit", "char-gpt"]
-CLASSES = ["cpu-amx", "cpu-avx512", "cpu-avx2"]
+CLASSES = ["cpu-amx", "cpu-avx512-bf16", "cpu-avx512", "cpu-avx2"]
 PRECISIONS = ["fp32", "bf16", "int8"]
 EXTRA_PRECISIONS = ["int8-all", "fp8"]
 # The /proc/cpuinfo flags each class needs (kernels/device_class.cpp, kernels/cpu_isa.h).
-CLASS_FLAGS = {"cpu-amx": ["amx_tile", "avx512_bf16", "avx512_vnni"], "cpu-avx512": ["avx512f", "avx512_vnni"],
+CLASS_FLAGS = {"cpu-amx": ["amx_tile", "avx512_bf16", "avx512_vnni"],
+               "cpu-avx512-bf16": ["avx512f", "avx512_vnni", "avx512_bf16"], "cpu-avx512": ["avx512f", "avx512_vnni"],
                "cpu-avx2": ["avx2"]}
-# The class whose BF16 GEMMs are native (oneDNN uncapped); the others emulate BF16.
-BF16_NATIVE_CLASS = "cpu-amx"
+# The classes whose BF16 GEMMs are native, strongest first (cpu-amx: oneDNN uncapped; cpu-avx512-bf16:
+# capped at avx512_core_bf16); the others emulate BF16.
+BF16_NATIVE_CLASSES = ["cpu-amx", "cpu-avx512-bf16"]
 MIB = 1 << 20
 
 
@@ -206,6 +208,7 @@ def worker_run(args, model, cls, precision, batch, op_times=False):
          "median_step_seconds": s["median_step_seconds"], "worker_median_step_seconds": s["median_step_seconds"],
          "median_compute_seconds": s.get("median_compute_seconds"), "timed_steps": "all",
          "peak_memory_bytes": s["peak_memory_bytes"], "peak_rss_bytes": rss,
+         "steady_minor_page_faults_per_step": s.get("steady_minor_page_faults_per_step"),
          "final_train_loss": s.get("final_train_loss"), "plan": s.get("plan"), "steps": s.get("steps")}
     if op_times:
         r["op_times"] = text
@@ -227,15 +230,17 @@ def worker_run(args, model, cls, precision, batch, op_times=False):
     return r
 
 
-def best_of(runs):
-    """The run with the smallest median step among successful ones (or the first failure)."""
+def median_of(runs):
+    """The run whose median step is the median of the successful runs' (the lower middle one for
+    an even count), with every run's median kept (or the first failure)."""
     ok = [r for r in runs if r.get("status") == "ok"]
     if not ok:
         return runs[0]
-    best = dict(min(ok, key=lambda r: r["median_step_seconds"]))
-    best["repeat_medians"] = [r["median_step_seconds"] for r in ok]
-    best["peak_rss_bytes"] = max(r["peak_rss_bytes"] for r in ok)
-    return best
+    ordered = sorted(ok, key=lambda r: r["median_step_seconds"])
+    mid = dict(ordered[(len(ordered) - 1) // 2])
+    mid["repeat_medians"] = [r["median_step_seconds"] for r in ok]
+    mid["peak_rss_bytes"] = max(r["peak_rss_bytes"] for r in ok)
+    return mid
 
 
 # ------------------------------------------------------------------------------------------------
@@ -343,7 +348,7 @@ def fmt_ratio(a, b):
 def render_table(results):
     """The one table: a row per (model, class, precision) of ours, with PyTorch alongside."""
     head = ["model", "batch", "class", "prec", "ours ms", "ours MiB acc/RSS", "torch fp32 ms", "torch bf16 ms",
-            "torch RSS MiB f32/b16", "ours/torch", "vs own fp32"]
+            "torch RSS MiB f32/b16", "ours/torch", "vs own fp32", "faults/step"]
     rows = []
     cmp_class = results["bf16_comparison_class"]
     for m in results["models"]:
@@ -355,13 +360,13 @@ def render_table(results):
             runs = m["ours"].get(cls, {})
             if results["class_status"][cls]["status"] != "available":
                 rows.append([name, str(m["batch"]), cls, "-", "n/a", "-", fmt_ms(tf), fmt_ms(tb), trss, "-",
-                             "(runs as %s)" % results["class_status"][cls]["fallback"]])
+                             "(runs as %s)" % results["class_status"][cls]["fallback"], "-"])
                 continue
             fp32 = runs.get("fp32")
             for prec, r in runs.items():
                 if r.get("status") != "ok":
                     rows.append([name, str(m["batch"]), cls, prec, r.get("status", "?"), "-", fmt_ms(tf), fmt_ms(tb),
-                                 trss, "-", "-"])
+                                 trss, "-", "-", "-"])
                     continue
                 mem = "%.1f/%.0f" % (r["peak_memory_bytes"] / MIB, r["peak_rss_bytes"] / MIB)
                 if prec == "fp32":
@@ -371,8 +376,9 @@ def render_table(results):
                 else:
                     vs_torch = "-"
                 vs_fp32 = "1.00" if prec == "fp32" else fmt_ratio(r, fp32)
+                faults = r.get("steady_minor_page_faults_per_step")
                 rows.append([name, str(m["batch"]), cls, prec, fmt_ms(r), mem, fmt_ms(tf), fmt_ms(tb), trss,
-                             vs_torch, vs_fp32])
+                             vs_torch, vs_fp32, "-" if faults is None or faults < 0 else "%.1f" % faults])
     widths = [max(len(h), *(len(row[i]) for row in rows)) if rows else len(h) for i, h in enumerate(head)]
     line = lambda cells: " | ".join(c.ljust(w) for c, w in zip(cells, widths))
     out = [line(head), "-+-".join("-" * w for w in widths)]
@@ -384,7 +390,7 @@ def render_notes(results):
     """What the table's columns mean and which class the BF16 comparison uses."""
     notes = [
         "ours ms / torch ms: median step (zero_grad + forward + loss + backward + AdamW step); threads: %d; "
-        "best of %d run(s); torch: median of %d steps after %d warm-up; ours: %s."
+        "median of %d interleaved run(s), one process each; torch: median of %d steps after %d warm-up; ours: %s."
         % (results["threads"], results["repeats"], results["steps"], results["torch_warmup"], results["ours_timing"]),
         "ours MiB acc/RSS: the worker's accounted tensor peak / the process's peak RSS (incl. its shared "
         "libraries and its data set).",
@@ -392,7 +398,8 @@ def render_notes(results):
         % results.get("torch_baseline_rss_mib", "?"),
         "ours/torch: fp32 rows ours-fp32 / torch-fp32; bf16 rows ours-bf16 / torch-bf16-autocast "
         "(* = the class used for the BF16 comparison). > 1: ours is slower.",
-        "vs own fp32: ours at this precision / ours fp32, same class, same run.",
+        "vs own fp32: ours at this precision / ours fp32, same class, same run (< 1: faster than fp32).",
+        "faults/step: the worker's minor page faults per step after its warm-up steps (getrusage).",
         "torch FP32 GEMMs run in OpenBLAS (Debian's torch), core: %s (OPENBLAS_CORETYPE %s); "
         "BF16 autocast runs oneDNN." % (results.get("torch_openblas_core", "?"), results["openblas_coretype"]),
         "BF16 comparison: " + results["bf16_comparison_note"],
@@ -430,16 +437,16 @@ def bf16_comparison(class_status, flags, classes):
     torch_side = ("PyTorch's oneDNN is uncapped and this CPU has avx512_bf16, so torch's BF16 is native"
                   if torch_native else "this CPU lacks avx512_bf16, so torch's BF16 is emulated too")
     available = [c for c in classes if class_status[c]["status"] == "available"]
-    if BF16_NATIVE_CLASS in available:
-        return BF16_NATIVE_CLASS, "ours on %s, where BF16 is native (oneDNN uncapped); %s." % (
-            BF16_NATIVE_CLASS, torch_side)
+    for native in BF16_NATIVE_CLASSES:
+        if native in available:
+            return native, "ours on %s, where BF16 is native; %s." % (native, torch_side)
     if not available:
         return None, "no class of ours ran."
     strongest = available[0]  # CLASSES is ordered strongest first
     return strongest, ("no class of ours runs BF16 natively on this CPU (%s needs AMX; %s caps oneDNN at AVX-512 "
                        "VNNI, without BF16 instructions, so our bf16 GEMMs are decoded to FP32 and run the FP32 "
                        "kernel); ours on the strongest available class, %s, is used; %s." % (
-                           BF16_NATIVE_CLASS, "cpu-avx512", strongest, torch_side))
+                           "/".join(BF16_NATIVE_CLASSES), "cpu-avx512", strongest, torch_side))
 
 
 def parse_args(argv):
@@ -455,7 +462,8 @@ def parse_args(argv):
     p.add_argument("--gpt-batch", type=int, default=32, help="batch of char-gpt (64-token contexts)")
     p.add_argument("--steps", type=int, default=20, help="timed steps per run (after --warmup)")
     p.add_argument("--warmup", type=int, default=3, help="untimed warm-up steps (both sides)")
-    p.add_argument("--repeats", type=int, default=1, help="runs per configuration; the best median is kept")
+    p.add_argument("--repeats", type=int, default=1,
+                   help="runs per configuration, in interleaved rounds; the median of their medians is kept")
     p.add_argument("--data", default="/usr/share/common-licenses/GPL-3", help="text file for char-gpt")
     p.add_argument("--image-data", default="", help="Fashion-MNIST dir (default: the worker's default)")
     p.add_argument("--no-torch", action="store_true", help="skip the PyTorch side")
@@ -513,7 +521,7 @@ def main(argv):
         print("%-11s %s" % (cls, st["status"] if st["status"] == "available" else st["note"]), flush=True)
 
     # Every configuration once per round; repeats are rounds, so a burst of load from elsewhere
-    # hits different configurations in different rounds, and the best median of each is kept.
+    # hits different configurations in different rounds, and the median of each is kept.
     configs = []  # (model, batch, side, class or None, precision or torch mode)
     for model in args.models:
         batch = args.gpt_batch if model == "char-gpt" else args.batch
@@ -539,7 +547,7 @@ def main(argv):
         for (m, _, side, cls, prec), rs in runs.items():
             if m != model:
                 continue
-            r = best_of(rs)
+            r = median_of(rs)
             if side == "torch":
                 entry["torch"][prec] = r
                 if r.get("status") == "ok" and r.get("rss_before_bytes"):

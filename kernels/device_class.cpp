@@ -23,6 +23,9 @@ namespace {
 const std::vector<DeviceClass> CLASSES = {
     {"cpu-amx", DeviceKind::CPU, CpuIsa::AMX, 0,
      "CPU with AMX tiles (INT8/BF16 matrix units): the training-GPU stand-in"},
+    {"cpu-avx512-bf16", DeviceKind::CPU, CpuIsa::AVX512_BF16, 0,
+     "CPU capped at AVX-512 with BF16 dot products (Cooper Lake, Zen 4 and later; no AMX): BF16 GEMMs and the "
+     "16-bit backward of int8 layers run natively"},
     {"cpu-avx512", DeviceKind::CPU, CpuIsa::AVX512, 0,
      "CPU capped at AVX-512 VNNI (INT8 dot products, BF16 emulated)"},
     {"cpu-avx2", DeviceKind::CPU, CpuIsa::AVX2, 0,

@@ -116,8 +116,16 @@ class Layer {
   // Bytes currently held for backward (the saved activations).
   virtual int64_t saved_bytes() const { return 0; }
 
+  // Whether backward must return dx. The model's input needs none (it is data), so the layers
+  // before the first one with parameters are skipped and that one returns an undefined tensor
+  // instead of computing its input gradient (a CNN's first convolution, an MLP's first GEMM).
+  // Containers pass it on to their children.
+  virtual void set_input_gradient_needed(bool needed) { input_gradient_needed_ = needed; }
+  bool input_gradient_needed() const { return input_gradient_needed_; }
+
  protected:
   LayerDesc desc_;
+  bool input_gradient_needed_ = true;
 };
 
 // Builds the layer (and its children) described by `d`. Throws std::invalid_argument for a kind

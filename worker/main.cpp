@@ -41,7 +41,7 @@ const char* USAGE =
     "         [--warmup N] [--lr-schedule cosine|constant] [--grad-clip X] [--seed S]\n"
     "         [--eval-every K] [--eval-limit N]\n"
     "         [--checkpoint-dir D] [--checkpoint-every K] [--resume] [--summary-json FILE]\n"
-    "         [--device-class cpu-amx|cpu-avx512|cpu-avx2|gpu-t4|gpu-a10|gpu-l4|gpu-a100|gpu-h100|gpu-h200]\n"
+    "         [--device-class cpu-amx|cpu-avx512-bf16|cpu-avx512|cpu-avx2|cpu-sse41|gpu-t4|gpu-a10|gpu-l4|gpu-a100|gpu-h100|gpu-h200]\n"
     "         [--threads N] [--memory-budget MiB] [--loss-scale auto|dynamic|none] [--profiles DIR]\n"
     "         [--log-every N] [--quiet] [--op-times] [--log-json] [--metrics-port N (0: a free port)]\n"
     "         [--job-name S] [--rank R] [--world-size N] [--master-addr A] [--master-port P]\n"

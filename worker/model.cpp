@@ -13,6 +13,7 @@ Model::Model(const ModelDesc& desc, MemoryAccount* memory, uint64_t seed, Device
     : desc_(desc), ops_(ops != nullptr ? ops : &cpu_ops()), root_(layer_create(desc_.root, nullptr)) {
   // The layers' own parameter tensors are host, unaccounted: only the flat buffers are charged.
   root_->collect_parameters(parameters_);
+  root_->set_input_gradient_needed(false);  // the input is data: backward stops at the first parameters
   std::mt19937_64 rng(seed);
   root_->init_parameters(rng);
   place_parameters(memory);

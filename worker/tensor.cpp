@@ -10,6 +10,7 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <vector>
 
 namespace qsync {
 
@@ -37,12 +38,6 @@ void MemoryAccount::charge(int64_t bytes, const std::string& what) {
 
 void MemoryAccount::release(int64_t bytes) { current_.fetch_sub(bytes); }
 
-Tensor::Storage::~Storage() {
-  if (memory != nullptr) memory->release(ptr, bytes);
-  else std::free(ptr);
-  if (account) account->release(bytes);
-}
-
 namespace {
 
 std::mutex& memories_mutex() {
@@ -54,19 +49,76 @@ std::map<int, TensorMemory*>& cuda_memories() {
   return m;
 }
 
-// Training allocates the same large activation buffers every step. glibc serves large requests
-// with fresh mmaps and returns them on free, so every step would page-fault its activations in
-// again; keeping freed memory in the heap lets the next step reuse it.
-void keep_freed_memory_for_reuse() {
-  static const bool done = [] {
-    mallopt(M_MMAP_THRESHOLD, 1 << 30);
+// Training allocates the same activation and workspace buffers every step. glibc serves large
+// requests with fresh mmaps and unmaps them on free (its mmap threshold cannot be raised past
+// 32 MiB), so every step would page-fault its activations in again (~400 minor faults a step).
+// Freed host blocks of 64 KiB and more are kept here, by rounded size, and handed to the next
+// request of that size: in the steady state a step touches only pages it touched before.
+// Bounded: past HOST_CACHE_LIMIT cached bytes the block is freed instead (eval batches and
+// one-off sizes do not pin memory forever).
+constexpr size_t HOST_CACHE_MIN = size_t(64) << 10;
+constexpr size_t HOST_CACHE_LIMIT = size_t(1) << 30;
+
+size_t host_block_bytes(int64_t bytes) {
+  const size_t b = bytes <= 0 ? 64 : size_t(bytes);
+  const size_t unit = b >= HOST_CACHE_MIN ? size_t(4096) : size_t(64);
+  return (b + unit - 1) / unit * unit;
+}
+
+class HostBlockCache {
+ public:
+  void* take(size_t bytes) {
+    if (bytes >= HOST_CACHE_MIN) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      const auto it = free_.find(bytes);
+      if (it != free_.end() && !it->second.empty()) {
+        void* p = it->second.back();
+        it->second.pop_back();
+        cached_ -= bytes;
+        return p;
+      }
+    }
+    void* p = std::aligned_alloc(64, bytes);
+    if (p == nullptr) throw std::bad_alloc();
+    return p;
+  }
+  void give(void* p, size_t bytes) {
+    if (bytes >= HOST_CACHE_MIN) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (cached_ + bytes <= HOST_CACHE_LIMIT) {
+        free_[bytes].push_back(p);
+        cached_ += bytes;
+        return;
+      }
+    }
+    std::free(p);
+  }
+
+ private:
+  std::mutex mutex_;
+  std::map<size_t, std::vector<void*>> free_;
+  size_t cached_ = 0;
+};
+
+HostBlockCache& host_block_cache() {
+  static HostBlockCache* cache = [] {
+    // Other allocations (smaller blocks, the libraries' own buffers) come from glibc's heap: serve
+    // them from the heap up to glibc's largest mmap threshold (32 MiB) and keep freed top memory
+    // there, or they are unmapped and faulted in again on the next step.
+    mallopt(M_MMAP_THRESHOLD, 32 << 20);
     mallopt(M_TRIM_THRESHOLD, 1 << 30);
-    return true;
+    return new HostBlockCache();  // never destroyed: tensors outlive statics
   }();
-  (void)done;
+  return *cache;
 }
 
 }  // namespace
+
+Tensor::Storage::~Storage() {
+  if (memory != nullptr) memory->release(ptr, bytes);
+  else host_block_cache().give(ptr, host_block_bytes(bytes));
+  if (account) account->release(bytes);
+}
 
 TensorMemory& tensor_memory_for(const Device& d) {
   std::lock_guard<std::mutex> lock(memories_mutex());
@@ -87,7 +139,6 @@ void tensor_memory_register(const Device& d, TensorMemory* memory) {
 }
 
 Tensor Tensor::empty(const Shape& shape, Precision p, MemoryAccount* account, const std::string& what, Device device) {
-  keep_freed_memory_for_reuse();
   for (int64_t d : shape)
     if (d < 0) throw std::invalid_argument("tensor " + what + ": negative dimension in " + shape_string(shape));
   Tensor t;
@@ -102,9 +153,7 @@ Tensor Tensor::empty(const Shape& shape, Precision p, MemoryAccount* account, co
     if (memory != nullptr) {
       t.storage_->ptr = memory->allocate(bytes, what);
     } else {
-      const size_t aligned = (size_t(bytes) + 63) / 64 * 64;
-      t.storage_->ptr = std::aligned_alloc(64, aligned == 0 ? 64 : aligned);
-      if (t.storage_->ptr == nullptr) throw std::bad_alloc();
+      t.storage_->ptr = host_block_cache().take(host_block_bytes(bytes));
     }
   } catch (...) {
     if (account) account->release(bytes);

@@ -89,10 +89,11 @@ void TrainEvents::done(const TrainSummary& s) {
   char buf[320];
   std::snprintf(buf, sizeof buf,
                 "done: %lld steps, train loss %.4f, test loss %.4f, test accuracy %.2f%%, median step %.1f ms "
-                "(compute %.1f, wait %.1f), %.0f samples/s, peak memory %s",
+                "(compute %.1f, wait %.1f), %.0f samples/s, peak memory %s, %.1f page faults/step",
                 (long long)s.steps, s.final_train_loss, s.final_test_loss, s.final_test_accuracy * 100.0,
                 s.median_step_seconds * 1e3, s.median_compute_seconds * 1e3, s.median_wait_seconds * 1e3,
-                s.samples_per_second, format_mib(s.peak_memory_bytes).c_str());
+                s.samples_per_second, format_mib(s.peak_memory_bytes).c_str(),
+                s.steady_minor_page_faults_per_step);
   progress_.message(buf);
 }
 
@@ -113,6 +114,8 @@ void train_summary_write_json(const TrainSummary& s, const std::string& path) {
       {"global_batch", s.global_batch},
       {"steps", s.steps},
       {"start_step", s.start_step},
+      {"steady_minor_page_faults_per_step", s.steady_minor_page_faults_per_step},
+      {"first_step_minor_page_faults", s.first_step_minor_page_faults},
       {"stopped_early", s.stopped_early},
       {"final_train_loss", s.final_train_loss},
       {"final_test_loss", s.final_test_loss},

@@ -13,6 +13,7 @@
 #include <functional>
 
 #include <nlohmann/json.hpp>
+#include <sys/resource.h>
 
 #include "kernels/device_class.h"
 #include "planner/atomic_file.h"
@@ -38,6 +39,13 @@
 
 namespace qsync {
 namespace {
+
+// Minor page faults of this process so far (every thread).
+int64_t minor_page_faults() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return int64_t(u.ru_minflt);
+}
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -169,8 +177,10 @@ TrainSummary train_run_reporting(const TrainConfig& c, TerminationReport& report
                        local_batch * data->positions_per_sample(), &memory);
   std::vector<double> step_seconds, compute_seconds, wait_seconds, allreduce_seconds, optimizer_seconds, stats_seconds;
   int64_t skipped_steps = 0;
+  std::vector<int64_t> step_faults;  // minor page faults of each step (the step itself and its stats)
   try {
     for (; step < total_steps; ++step) {
+      const int64_t faults_before = minor_page_faults();
       data->next(step_runner.host_batch(), step_runner.host_targets());
       const auto t0 = std::chrono::steady_clock::now();
       ctx.step = step;
@@ -185,6 +195,7 @@ TrainSummary train_run_reporting(const TrainConfig& c, TerminationReport& report
       coll->all_reduce_sum(stats, 4);
       stats_seconds.push_back(seconds_since(t_stats));
       step_seconds.push_back(seconds_since(t0));
+      step_faults.push_back(minor_page_faults() - faults_before);
       const double compute = out.compute_seconds;
       compute_seconds.push_back(compute);
       wait_seconds.push_back(out.wait_seconds);
@@ -222,6 +233,12 @@ TrainSummary train_run_reporting(const TrainConfig& c, TerminationReport& report
   save(step);
   s.steps = step;
   s.peak_memory_bytes = memory.peak_bytes();
+  if (!step_faults.empty()) s.first_step_minor_page_faults = step_faults.front();
+  if (int64_t(step_faults.size()) > STEADY_STATE_WARMUP_STEPS) {
+    int64_t faults = 0;
+    for (size_t i = STEADY_STATE_WARMUP_STEPS; i < step_faults.size(); ++i) faults += step_faults[i];
+    s.steady_minor_page_faults_per_step = double(faults) / double(step_faults.size() - STEADY_STATE_WARMUP_STEPS);
+  }
   s.device_peak_bytes = rank_device.device_peak_bytes();
   s.skipped_steps = skipped_steps;
   s.final_loss_scale = scaler.enabled() ? scaler.state().scale : 0.0;

@@ -67,6 +67,9 @@ struct EvalResult {
   int64_t samples = 0;
 };
 
+// Steps of a run not counted in its steady-state page faults (oneDNN primitives, first touches).
+inline constexpr int64_t STEADY_STATE_WARMUP_STEPS = 5;
+
 struct TrainSummary {
   std::string model, device_class;
   std::string device;        // what the rank computed on ("host CPU", or the GPU and its libraries)
@@ -90,6 +93,11 @@ struct TrainSummary {
   double final_train_loss = 0, final_test_loss = 0, final_test_accuracy = 0, final_perplexity = 0;
   double samples_per_second = 0, median_step_seconds = 0, wall_seconds = 0;
   int64_t peak_memory_bytes = 0, parameter_count = 0;
+  // Minor page faults (getrusage, the whole process) per training step after the first
+  // STEADY_STATE_WARMUP_STEPS of this run (-1: too few steps): 0 when activations and workspaces
+  // are reused across steps. first_step_minor_page_faults: those of the run's first step.
+  double steady_minor_page_faults_per_step = -1;
+  int64_t first_step_minor_page_faults = 0;
   std::vector<double> losses;  // per step trained in this run
   std::string plan_summary;    // "conv1=int8 conv2=fp32 ..."
 };

@@ -22,7 +22,7 @@ int run_in_child(const std::function<bool()>& body) {
 }
 
 TEST(DeviceClass, TableHasTheNamedClasses) {
-  for (const char* n : {"cpu-amx", "cpu-avx512", "cpu-avx2", "gpu-t4", "gpu-a10", "gpu-l4", "gpu-v100", "gpu-a100",
+  for (const char* n : {"cpu-amx", "cpu-avx512-bf16", "cpu-avx512", "cpu-avx2", "gpu-t4", "gpu-a10", "gpu-l4", "gpu-v100", "gpu-a100",
                         "gpu-h100", "gpu-h200"})
     EXPECT_EQ(device_class_by_name(n).name, n);
   try {

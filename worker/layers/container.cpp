@@ -72,9 +72,22 @@ Tensor SequentialLayer::backward(const Tensor& dy, StepContext& ctx) {
   Tensor g = dy;  // (B, out_shape...) -> each child's dx in turn
   for (auto it = children_.rbegin(); it != children_.rend(); ++it) {
     Layer& child = **it;
+    // Children before the first one with parameters, when no input gradient is needed: nothing
+    // of theirs needs a gradient (what they saved is replaced by the next forward).
+    if (!g.defined() && !child.input_gradient_needed()) break;
     g = timed(child, "backward", ctx, [&] { return child.backward(g, ctx); });
   }
   return g;
+}
+
+void SequentialLayer::set_input_gradient_needed(bool needed) {
+  Layer::set_input_gradient_needed(needed);
+  for (auto& child : children_) {
+    child->set_input_gradient_needed(needed);
+    std::vector<Parameter*> params;
+    child->collect_parameters(params);
+    if (!params.empty()) needed = true;
+  }
 }
 
 void SequentialLayer::collect_parameters(std::vector<Parameter*>& out) {

@@ -31,6 +31,8 @@ class SequentialLayer : public Layer {
   void init_parameters(std::mt19937_64& rng) override;
   void apply_plan(const RankPlan& plan) override;
   int64_t saved_bytes() const override;
+  // A child needs its input gradient when this container does or a child before it has parameters.
+  void set_input_gradient_needed(bool needed) override;
 
   const std::vector<std::unique_ptr<Layer>>& children() const { return children_; }
 

@@ -62,7 +62,8 @@ Tensor Conv2dLayer::backward(const Tensor& dy, StepContext& ctx) {
   if (!x_saved_.defined()) throw std::logic_error("layer '" + name() + "': backward without a training forward");
   DeviceOps& ops = ops_of(ctx);
   const int64_t batch = dy.dim(0);
-  Tensor dx = ops.empty({batch, g_.c, g_.h, g_.w}, Precision::FP32, ctx.memory, name() + " input gradient");
+  Tensor dx;  // undefined when no input gradient is needed (the model's first convolution)
+  if (input_gradient_needed_) dx = ops.empty({batch, g_.c, g_.h, g_.w}, Precision::FP32, ctx.memory, name() + " input gradient");
   const Tensor xb = backward_operand(x_saved_, precision_, ctx, name());  // (B, C, H, W)
   const Tensor wb = backward_weight(w_saved_, weight_.value, precision_, ctx, name(), OperandRole::A);
   Conv2dBackward a;
@@ -70,7 +71,7 @@ Tensor Conv2dLayer::backward(const Tensor& dy, StepContext& ctx) {
   a.x = &xb;
   a.w = &wb;
   a.cast_dy = [&](const Tensor& g) { return cast_gradient(g, precision_, ctx, name()); };
-  a.dx = &dx;
+  a.dx = dx.defined() ? &dx : nullptr;
   a.dw = &weight_.grad;
   a.db = bias_.value.defined() ? &bias_.grad : nullptr;
   ops.conv2d_backward(a, g_, ctx, name());

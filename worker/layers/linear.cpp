@@ -73,8 +73,9 @@ Tensor LinearLayer::backward(const Tensor& dy_in, StepContext& ctx) {
   if (bias_.value.defined() && !bias_in_gemm) ops.bias_grad_rows(dy, bias_.grad);
   Tensor g_t;  // (N, M): dy^T in the backward precision, where the device wants it
   const Tensor g = cast_gradient(dy, precision_, ctx, name(), &g_t);  // (M, N) backward precision
-  Tensor dx = ops.empty(x_shape_, Precision::FP32, ctx.memory, name() + " input gradient");
-  {
+  Tensor dx;  // (M, K); undefined when no input gradient is needed (the model's first GEMM)
+  if (input_gradient_needed_) {
+    dx = ops.empty(x_shape_, Precision::FP32, ctx.memory, name() + " input gradient");
     const Tensor wb = backward_weight(w_saved_, weight_.value, precision_, ctx, name(), OperandRole::B);
     OpClock clock(ctx, name() + ".gemm_input_grad");
     Tensor dx2 = dx.reshape({m, in_});

@@ -68,6 +68,11 @@ class CpuOps final : public DeviceOps {
                     Tensor& dlogits, XentSums* sums) override;
   void optimizer_step(const std::vector<OptimizerSlot>& slots, const OptimizerUpdate& u,
                       OptimizerStepResult* result) override;
+
+ private:
+  // conv2d_backward on oneDNN's convolutions; false when the im2col path must run it.
+  bool conv2d_backward_onednn(const Conv2dBackward& a, const ConvGeometry& g, StepContext& ctx,
+                              const std::string& layer);
 };
 
 }  // namespace qsync

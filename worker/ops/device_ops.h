@@ -70,7 +70,7 @@ struct Conv2dBackward {
   // FP32 output gradient (in whatever layout the device needs, any shape) -> the backward GEMM
   // operand (the layer precision's cast_gradient); called once per chunk of samples.
   std::function<Tensor(const Tensor&)> cast_dy;
-  Tensor* dx = nullptr;  // (B, C, H, W) FP32, written
+  Tensor* dx = nullptr;  // (B, C, H, W) FP32, written; nullptr: no input gradient (the model's first layer)
   Tensor* dw = nullptr;  // (O, C*k*k) FP32 +=
   Tensor* db = nullptr;  // (O) FP32 +=; nullptr: no bias
 };

@@ -142,6 +142,17 @@ TEST(Conv2dLayer, GradientsAccumulate) {
       EXPECT_FLOAT_EQ(params[p]->grad.f32()[i], 2.0f * once.grads[p][size_t(i)]) << params[p]->name << " " << i;
 }
 
+// oneDNN's backward (fp32, int8's 16-bit backward) and the im2col path (int8-all) alike.
+TEST(Conv2dLayer, NoInputGradientLeavesParameterGradientsAlone) {
+  activate_test_device_class();
+  const Geometry g = GEOMETRIES[1];
+  std::mt19937_64 rng(6);
+  Conv2dLayer conv(desc_of(g), nullptr);
+  conv.init_parameters(rng);
+  expect_same_gradients_without_input_gradient(conv, normal_tensor({g.batch, g.c, g.h, g.w}, rng),
+                                               normal_tensor({g.batch, g.o, 3, 3}, rng));
+}
+
 class Conv2dPrecision : public ::testing::TestWithParam<LayerPrecision> {};
 
 // x (6, 5, 11, 9) N(0, 1), 8 output channels, 3x3 stride 1 padding 1 (K = 45), dy N(0, 1);

@@ -261,4 +261,22 @@ inline int64_t step_memory(Layer& layer, MemoryAccount& account, const Tensor& x
   return saved;
 }
 
+// Without an input gradient (the model's first layer) a GEMM layer returns an undefined dx and
+// the same parameter gradients, bit for bit, in every precision.
+inline void expect_same_gradients_without_input_gradient(Layer& layer, const Tensor& x, const Tensor& dy) {
+  for (LayerPrecision p : {LayerPrecision::FP32, LayerPrecision::INT8, LayerPrecision::INT8_ALL}) {
+    layer.set_input_gradient_needed(true);
+    const StepResult with = run_step(layer, p, x, dy);
+    layer.set_input_gradient_needed(false);
+    zero_grads(layer);
+    StepContext ctx = device_step_context();
+    layer.forward(x, ctx);
+    EXPECT_FALSE(layer.backward(dy, ctx).defined()) << layer_precision_traits(p).name;
+    const std::vector<Parameter*> params = parameters_of(layer);
+    for (size_t q = 0; q < params.size(); ++q)
+      EXPECT_EQ(values_of(params[q]->grad), with.grads[q]) << params[q]->name << " " << layer_precision_traits(p).name;
+  }
+  layer.set_input_gradient_needed(true);
+}
+
 }  // namespace qsync::testing

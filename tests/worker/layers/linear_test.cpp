@@ -89,6 +89,14 @@ TEST(LinearLayer, GradientsAccumulate) {
       EXPECT_FLOAT_EQ(params[p]->grad.f32()[i], 2.0f * once.grads[p][size_t(i)]) << params[p]->name << " " << i;
 }
 
+TEST(LinearLayer, NoInputGradientLeavesParameterGradientsAlone) {
+  activate_test_device_class();
+  std::mt19937_64 rng(5);
+  LinearLayer fc(linear_desc("fc", {9}, 4), nullptr);
+  fc.init_parameters(rng);
+  expect_same_gradients_without_input_gradient(fc, normal_tensor({6, 9}, rng), normal_tensor({6, 4}, rng));
+}
+
 TEST(LinearLayer, BackwardWithoutForwardThrows) {
   activate_test_device_class();
   LinearLayer fc(linear_desc("fc", {4}, 2), nullptr);

@@ -2,6 +2,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
 #include <numeric>
 
 #include "tests/worker/gradient_check.h"
@@ -53,6 +55,20 @@ TEST(MaxPool2dLayer, TiesGoToTheFirstCell) {
   pool.forward(tensor_from({1, 1, 2, 2}, {5, 5, 5, 5}), ctx);
   Tensor dx = pool.backward(tensor_from({1, 1, 1, 1}, {1}), ctx);
   EXPECT_EQ(values_of(dx), (std::vector<float>{1, 0, 0, 0}));
+}
+
+// NaN propagates (as in PyTorch): the first NaN of a window wins over every number after it.
+TEST(MaxPool2dLayer, NanWinsTheWindow) {
+  MaxPool2dLayer pool(pool_desc({1, 2, 4}, 2, 2), nullptr);
+  StepContext ctx;
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  Tensor y = pool.forward(tensor_from({1, 1, 2, 4}, {1, nan, 7, 2,  //
+                                                     9, nan, 3, nan}), ctx);
+  EXPECT_TRUE(std::isnan(y.f32()[0]));
+  EXPECT_TRUE(std::isnan(y.f32()[1]));
+  Tensor dx = pool.backward(tensor_from({1, 1, 1, 2}, {10, 20}), ctx);
+  EXPECT_EQ(values_of(dx), (std::vector<float>{0, 10, 0, 0,  //
+                                               0, 0, 0, 20}));
 }
 
 TEST(MaxPool2dLayer, OverlappingWindowsWithPadding) {

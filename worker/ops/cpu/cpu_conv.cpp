@@ -1,5 +1,8 @@
 // File: worker/ops/cpu/cpu_conv.cpp
-// CpuOps: Conv2d as GEMM over im2col, in chunks of S samples whose columns fit in cache.
+// CpuOps: Conv2d on oneDNN's direct convolution kernels where they compute the layer precision
+// exactly under the class's ISA (kernels/cpu/conv_onednn.h: FP32; BF16 with BF16 instructions;
+// INT8 forward with VNNI), else (and as the reference) as GEMM over im2col, in chunks of S
+// samples whose columns fit in cache.
 // Columns are (C*k*k, S*H'*W'), so im2col and col2im move contiguous image rows and the GEMMs
 // produce channel-major outputs:
 //   forward      y (O, S*H'W')       = W (O, CKK) cols (CKK, S*H'W')     NN, W is the A operand
@@ -9,7 +12,9 @@
 #include <cstring>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
+#include "kernels/cpu/conv_onednn.h"
 #include "worker/layer.h"
 #include "worker/ops/cpu/cpu_kernels.h"
 #include "worker/ops/cpu_ops.h"
@@ -40,7 +45,7 @@ void im2col_typed(const T* src, int64_t s0, int64_t samples, const ConvGeometry&
         const T* in = plane + yy * g.w - g.pad + kx;
         std::fill(out, out + lo, T(0));
         if (g.stride == 1) {
-          for (int64_t ox = lo; ox < hi; ++ox) out[ox] = in[ox];
+          std::memcpy(out + lo, in + lo, size_t(hi - lo) * sizeof(T));
         } else {
           for (int64_t ox = lo; ox < hi; ++ox) out[ox] = in[ox * g.stride];
         }
@@ -48,6 +53,39 @@ void im2col_typed(const T* src, int64_t s0, int64_t samples, const ConvGeometry&
       }
     }
   }
+}
+
+ConvOnednnShape onednn_shape(const ConvGeometry& g, int64_t batch, int64_t o) {
+  return {batch, g.c, g.h, g.w, o, g.k, g.stride, g.pad, g.oh, g.ow};
+}
+
+// The oneDNN forward of xc (B, C, H, W) and wc (O, CKK) in one precision, or an undefined call
+// (op BACKWARD_DATA) when the im2col path must run it.
+ConvOnednnCall onednn_forward_call(const Tensor& xc, const Tensor& wc, const Tensor* bias, const ConvGeometry& g,
+                                   Tensor& y) {
+  ConvOnednnCall c;
+  c.shape = onednn_shape(g, xc.dim(0), wc.dim(0));
+  c.type = xc.precision();
+  c.x = xc.data();
+  c.w = wc.data();
+  c.bias = bias != nullptr ? bias->f32() : nullptr;
+  c.out = y.f32();
+  const bool int8 = c.type == Precision::INT8;
+  if (wc.precision() != c.type || (int8 && (xc.scale_mode != ScaleMode::PER_TENSOR || !wc.scales))) {
+    c.op = ConvOnednnOp::BACKWARD_DATA;
+    return c;
+  }
+  if (int8) {
+    c.x_scale = xc.scale_data()[0];
+    c.w_scales = wc.scale_data();
+    if (wc.scale_mode == ScaleMode::PER_TENSOR) {  // one scale for every output channel
+      thread_local std::vector<float> repeated;
+      repeated.assign(size_t(c.shape.o), wc.scale_data()[0]);
+      c.w_scales = repeated.data();
+    }
+  }
+  if (!conv_onednn_supports(c)) c.op = ConvOnednnOp::BACKWARD_DATA;
+  return c;
 }
 
 // Samples per chunk: about 2048 GEMM columns, so a chunk's columns stay in L2.
@@ -82,7 +120,11 @@ void col2im_add(const float* src, int64_t s0, int64_t samples, const ConvGeometr
           if (yy < 0 || yy >= g.h) continue;
           const float* in = src + tap * cols + s * hw + oy * g.ow;
           float* out = plane + yy * g.w - g.pad + kx;
-          for (int64_t ox = lo; ox < hi; ++ox) out[ox * g.stride] += in[ox];
+          if (g.stride == 1) {
+            for (int64_t ox = lo; ox < hi; ++ox) out[ox] += in[ox];  // contiguous: vectorized
+          } else {
+            for (int64_t ox = lo; ox < hi; ++ox) out[ox * g.stride] += in[ox];
+          }
         }
       }
   }
@@ -92,6 +134,12 @@ void col2im_add(const float* src, int64_t s0, int64_t samples, const ConvGeometr
 // y (S, O, H', W') = y_cm by sample, + b
 void CpuOps::conv2d_forward(const Tensor& xc, const Tensor& wc, const Tensor* bias, const ConvGeometry& g, Tensor& y,
                             StepContext& ctx, const std::string& layer) {
+  const ConvOnednnCall direct = onednn_forward_call(xc, wc, bias, g, y);
+  if (direct.op == ConvOnednnOp::FORWARD) {
+    OpClock clock(ctx, layer + ".conv_forward");
+    conv_onednn_run(direct);
+    return;
+  }
   const int64_t batch = xc.dim(0), hw = g.oh * g.ow, ckk = g.c * g.k * g.k, o = wc.dim(0);
   const int64_t chunk = std::min(batch, chunk_samples(g));
   const int elem = precision_bytes(xc.precision());
@@ -124,6 +172,43 @@ void CpuOps::conv2d_forward(const Tensor& xc, const Tensor& wc, const Tensor* bi
   }
 }
 
+// The backward on oneDNN when the saved operands are FP32 or BF16 (not quantized) and oneDNN
+// computes both convolutions of that type: dy is cast whole (B, O, H', W'), then dx is written
+// and dW accumulated. False: nothing was done, the im2col path runs.
+bool CpuOps::conv2d_backward_onednn(const Conv2dBackward& a, const ConvGeometry& g, StepContext& ctx,
+                                    const std::string& layer) {
+  const Tensor& xb = *a.x;
+  const Tensor& wb = *a.w;
+  const Precision type = xb.precision();
+  if ((type != Precision::FP32 && type != Precision::BF16) || wb.precision() != type ||
+      xb.scale_mode != ScaleMode::NONE || wb.scale_mode != ScaleMode::NONE)
+    return false;
+  ConvOnednnCall data, weights;
+  data.op = ConvOnednnOp::BACKWARD_DATA;
+  weights.op = ConvOnednnOp::BACKWARD_WEIGHTS;
+  data.shape = weights.shape = onednn_shape(g, a.dy->dim(0), wb.dim(0));
+  data.type = weights.type = type;
+  if ((a.dx != nullptr && !conv_onednn_supports(data)) || !conv_onednn_supports(weights)) return false;
+  const Tensor gc = a.cast_dy(*a.dy);  // (B, O, H', W') in the backward precision
+  if (gc.precision() != type)
+    throw std::logic_error("conv2d_backward: layer '" + layer + "' casts its gradient to " +
+                           precision_name(gc.precision()) + " but saved its operands in " + precision_name(type));
+  weights.x = xb.data();
+  weights.dy = gc.data();
+  weights.out = a.dw->f32();
+  if (a.dx == nullptr) {
+    OpClock clock(ctx, layer + ".conv_weight_grad");
+    conv_onednn_run(weights);
+    return true;
+  }
+  data.w = wb.data();
+  data.dy = gc.data();
+  data.out = a.dx->f32();
+  OpClock clock(ctx, layer + ".conv_backward");  // input and weight gradients, dy reordered once
+  conv_onednn_run_backward(data, weights);
+  return true;
+}
+
 // per chunk, dy_cm (O, S*H'W') = dy by channel; dcols = W^T dy_cm; dx += col2im(dcols);
 // dW (O, CKK) += dy_cm cols^T; db (O) += sum dy
 void CpuOps::conv2d_backward(const Conv2dBackward& a, const ConvGeometry& g, StepContext& ctx,
@@ -132,9 +217,6 @@ void CpuOps::conv2d_backward(const Conv2dBackward& a, const ConvGeometry& g, Ste
   const Tensor& xb = *a.x;
   const Tensor& wb = *a.w;
   const int64_t batch = dy.dim(0), hw = g.oh * g.ow, ckk = g.c * g.k * g.k, o = wb.dim(0);
-  fill_zero(*a.dx);
-  const int64_t chunk = std::min(batch, chunk_samples(g));
-  const int elem = precision_bytes(xb.precision());
   const float* gp = dy.f32();
   if (a.db != nullptr) {
     float* db = a.db->f32();
@@ -145,6 +227,10 @@ void CpuOps::conv2d_backward(const Conv2dBackward& a, const ConvGeometry& g, Ste
         db[oc] += sum;
       }
   }
+  if (conv2d_backward_onednn(a, g, ctx, layer)) return;
+  if (a.dx != nullptr) fill_zero(*a.dx);
+  const int64_t chunk = std::min(batch, chunk_samples(g));
+  const int elem = precision_bytes(xb.precision());
   Tensor dy_cm = Tensor::empty({o, chunk * hw}, Precision::FP32, ctx.memory, layer + " gradient (channel-major)");
   Tensor dcols = Tensor::empty({ckk, chunk * hw}, Precision::FP32, ctx.memory, layer + " column gradient");
   Tensor cols = Tensor::empty({ckk, chunk * hw}, xb.precision(), ctx.memory, layer + " im2col");
@@ -156,12 +242,12 @@ void CpuOps::conv2d_backward(const Conv2dBackward& a, const ConvGeometry& g, Ste
       for (int64_t s = 0; s < n; ++s)
         std::memcpy(gc_rows + oc * n * hw + s * hw, gp + ((s0 + s) * o + oc) * hw, size_t(hw) * sizeof(float));
     const Tensor gc = a.cast_dy(dy_n);  // (O, n*H'W') backward precision
-    {
-      OpClock clock(ctx, layer + ".gemm_input_grad");
-      Tensor dcols_n = dcols.prefix({ckk, n * hw});
-      matmul(wb, Transpose::YES, gc, Transpose::NO, dcols_n, {});  // (CKK, n*H'W')
-    }
-    {
+    if (a.dx != nullptr) {
+      {
+        OpClock clock(ctx, layer + ".gemm_input_grad");
+        Tensor dcols_n = dcols.prefix({ckk, n * hw});
+        matmul(wb, Transpose::YES, gc, Transpose::NO, dcols_n, {});  // (CKK, n*H'W')
+      }
       OpClock clock(ctx, layer + ".col2im");
       col2im_add(dcols.f32(), s0, n, g, a.dx->f32());
     }

@@ -151,12 +151,54 @@ void CpuOps::embedding_backward(const Tensor& dy, const Tensor& ids, Tensor& dwt
 // ---------------------------------------------------------------------------------------------
 // MaxPool2d: padded cells never win; ties go to the first cell in row-major window order
 
+namespace {
+
+// Max pooling's comparison: v replaces the best so far when larger, or when it is NaN and the
+// best is not (NaN propagates, as in PyTorch); ties keep the first.
+inline void maxpool_take(float v, int32_t index, float& best, int32_t& best_index) {
+  const bool better = v > best || (v != v && best == best);
+  best = better ? v : best;
+  best_index = better ? index : best_index;
+}
+
+// 2x2 windows at stride 2 without padding (the zoo CNN's pooling): the general loop's candidates
+// in its order, without its bounds checks. planes (N, H, W) -> y, argmax (N, Ho, Wo).
+void maxpool_2x2(const float* x, int64_t planes, int64_t H, int64_t W, int64_t Ho, int64_t Wo, float* y,
+                 int32_t* argmax) {
+#pragma omp parallel for schedule(static) if (planes * H * W > (1 << 16))
+  for (int64_t p = 0; p < planes; ++p) {
+    const float* plane = x + p * H * W;
+    for (int64_t oh = 0; oh < Ho; ++oh) {
+      const float* r0 = plane + 2 * oh * W;
+      const float* r1 = r0 + W;
+      float* out = y + (p * Ho + oh) * Wo;
+      int32_t* arg = argmax != nullptr ? argmax + (p * Ho + oh) * Wo : nullptr;
+      for (int64_t ow = 0; ow < Wo; ++ow) {
+        const int32_t i0 = int32_t(2 * oh * W + 2 * ow);
+        float best = r0[2 * ow];
+        int32_t best_index = i0;
+        maxpool_take(r0[2 * ow + 1], i0 + 1, best, best_index);
+        maxpool_take(r1[2 * ow], i0 + int32_t(W), best, best_index);
+        maxpool_take(r1[2 * ow + 1], i0 + int32_t(W) + 1, best, best_index);
+        out[ow] = best;
+        if (arg != nullptr) arg[ow] = best_index;
+      }
+    }
+  }
+}
+
+}  // namespace
+
 void CpuOps::maxpool_forward(const Tensor& x, const PoolGeometry& g, Tensor& y, Tensor* argmax) {
   const int64_t B = x.dim(0), C = g.c, H = g.h, W = g.w, Ho = g.oh, Wo = g.ow;
   const int64_t K = g.kernel, S = g.stride, P = g.pad;
   int32_t* ap = argmax != nullptr ? argmax->as<int32_t>() : nullptr;
   const float* xp = x.f32();
   float* yp = y.f32();
+  if (K == 2 && S == 2 && P == 0) {
+    maxpool_2x2(xp, B * C, H, W, Ho, Wo, yp, ap);
+    return;
+  }
 #pragma omp parallel for collapse(2)
   for (int64_t b = 0; b < B; ++b)
     for (int64_t c = 0; c < C; ++c) {

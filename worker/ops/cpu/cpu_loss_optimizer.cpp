@@ -1,6 +1,7 @@
 // File: worker/ops/cpu/cpu_loss_optimizer.cpp
 // CpuOps: fused softmax + cross-entropy (forward and its gradient in one pass over the logits),
 // and the optimizer step (canonical global norm, clipping, SGD / AdamW updates).
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -54,6 +55,61 @@ void CpuOps::softmax_xent(const Tensor& logits, const Tensor& targets, float los
   if (sums != nullptr) *sums = r;
 }
 
+namespace {
+
+// Pieces of the optimizer's elementwise updates, spread over the threads.
+constexpr int64_t UPDATE_GRAIN = 1 << 14;
+
+// PyTorch's SGD with momentum (dampening 0): m = first ? g' : mom * m + g'; w -= lr * m, with
+// g' = g * factor + decay * w.
+void sgd_update(float* __restrict w, const float* __restrict g, float* __restrict m, int64_t n, float factor,
+                float decay, float lr, float mom, bool first) {
+#pragma omp parallel for schedule(static) if (n > 2 * UPDATE_GRAIN)
+  for (int64_t b = 0; b < n; b += UPDATE_GRAIN) {
+    const int64_t e = std::min(n, b + UPDATE_GRAIN);
+    if (first) {
+#pragma omp simd
+      for (int64_t i = b; i < e; ++i) {
+        const float gi = g[i] * factor + decay * w[i];
+        m[i] = gi;
+        w[i] -= lr * gi;
+      }
+    } else {
+#pragma omp simd
+      for (int64_t i = b; i < e; ++i) {
+        const float gi = g[i] * factor + decay * w[i];
+        const float mi = mom * m[i] + gi;
+        m[i] = mi;
+        w[i] -= lr * mi;
+      }
+    }
+  }
+}
+
+// PyTorch's AdamW (decoupled weight decay, bias-corrected moments).
+void adamw_update(float* __restrict w, const float* __restrict g, float* __restrict m, float* __restrict v,
+                  int64_t n, float factor, float decay, const OptimizerUpdate& u) {
+  const float lr = u.lr, b1 = u.beta1, b2 = u.beta2, eps = u.eps;
+  const float c1 = u.bias_correction1, c2 = u.bias_correction2;
+#pragma omp parallel for schedule(static) if (n > 2 * UPDATE_GRAIN)
+  for (int64_t b = 0; b < n; b += UPDATE_GRAIN) {
+    const int64_t e = std::min(n, b + UPDATE_GRAIN);
+#pragma omp simd
+    for (int64_t i = b; i < e; ++i) {
+      const float gi = g[i] * factor;
+      float wi = w[i];
+      wi -= lr * decay * wi;
+      const float mi = b1 * m[i] + (1.0f - b1) * gi;
+      const float vi = b2 * v[i] + (1.0f - b2) * gi * gi;
+      m[i] = mi;
+      v[i] = vi;
+      w[i] = wi - lr * (mi / c1) / (std::sqrt(vi / c2) + eps);
+    }
+  }
+}
+
+}  // namespace
+
 void CpuOps::optimizer_step(const std::vector<OptimizerSlot>& slots, const OptimizerUpdate& u,
                             OptimizerStepResult* result) {
   OptimizerStepResult r;
@@ -78,24 +134,11 @@ void CpuOps::optimizer_step(const std::vector<OptimizerSlot>& slots, const Optim
     float* m = s.m->f32();
     const int64_t n = s.value->numel();
     const float decay = s.decay ? wd : 0.0f;
+    // Elementwise: threads and vector lanes over elements give the same bits as one loop.
     if (!u.adamw) {
-      const float mom = u.momentum;
-      for (int64_t i = 0; i < n; ++i) {
-        const float gi = g[i] * factor + decay * w[i];
-        m[i] = u.first_update ? gi : mom * m[i] + gi;
-        w[i] -= lr * m[i];
-      }
+      sgd_update(w, g, m, n, factor, decay, lr, u.momentum, u.first_update);
     } else {
-      float* v = s.v->f32();
-      const float b1 = u.beta1, b2 = u.beta2, eps = u.eps;
-      const float c1 = u.bias_correction1, c2 = u.bias_correction2;
-      for (int64_t i = 0; i < n; ++i) {
-        const float gi = g[i] * factor;
-        w[i] -= lr * decay * w[i];
-        m[i] = b1 * m[i] + (1.0f - b1) * gi;
-        v[i] = b2 * v[i] + (1.0f - b2) * gi * gi;
-        w[i] -= lr * (m[i] / c1) / (std::sqrt(v[i] / c2) + eps);
-      }
+      adamw_update(w, g, m, s.v->f32(), n, factor, decay, u);
     }
   }
   if (result != nullptr) *result = r;

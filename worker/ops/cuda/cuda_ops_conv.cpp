@@ -118,7 +118,7 @@ void CudaOps::conv2d_backward(const Conv2dBackward& a, const ConvGeometry& g, St
     call.type = type;
     call.allow_tf32 = gc.precision() == Precision::TF32;
     call.dy = gc.data();
-    {
+    if (a.dx != nullptr) {  // nullptr: no input gradient (the model's first layer)
       OpClock clock(ctx, layer + ".conv_input_grad");
       call.op = CudnnConvOp::BACKWARD_DATA;
       call.w = wb.data();
@@ -151,7 +151,7 @@ void CudaOps::conv2d_backward(const Conv2dBackward& a, const ConvGeometry& g, St
     return;
   }
   // The im2col path (int8-all, fp8).
-  fill_zero(*a.dx);
+  if (a.dx != nullptr) fill_zero(*a.dx);
   Tensor w_t = empty({ckk, o}, wb.precision(), ctx.memory, layer + " weight (transposed)");
   transpose(wb, w_t);  // per-tensor scales follow
   const int elem = precision_bytes(xb.precision());
@@ -166,12 +166,12 @@ void CudaOps::conv2d_backward(const Conv2dBackward& a, const ConvGeometry& g, St
     const Tensor gc = a.cast_dy(dy_n);  // (O, n*HW) quantized, per-tensor scale
     Tensor g_t = empty({n * hw, o}, gc.precision(), ctx.memory, layer + " gradient (transposed)");
     transpose(gc, g_t);
-    {
-      OpClock clock(ctx, layer + ".gemm_input_grad");
-      Tensor dcols_n = dcols.prefix({ckk, n * hw});
-      matmul(w_t, Transpose::NO, g_t, Transpose::YES, dcols_n, {});  // (CKK, n*HW), TN
-    }
-    {
+    if (a.dx != nullptr) {
+      {
+        OpClock clock(ctx, layer + ".gemm_input_grad");
+        Tensor dcols_n = dcols.prefix({ckk, n * hw});
+        matmul(w_t, Transpose::NO, g_t, Transpose::YES, dcols_n, {});  // (CKK, n*HW), TN
+      }
       OpClock clock(ctx, layer + ".col2im");
       col2im_cuda(dcols.as<float>(), s0, n, shape_of(g), a.dx->as<float>(), stream_);
     }

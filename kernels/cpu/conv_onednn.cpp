@@ -1,0 +1,342 @@
+// File: kernels/cpu/conv_onednn.cpp
+// oneDNN convolution primitives for the host engine (see conv_onednn.h). Per distinct call one
+// primitive descriptor with "any" layouts, the reorders between the caller's NCHW / OIHW and the
+// layouts oneDNN picked, and their sizes; cached for the process.
+#include "kernels/cpu/conv_onednn.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <stdexcept>
+#include <tuple>
+#include <unordered_map>
+#include <vector>
+
+#include <dnnl.hpp>
+
+#include "kernels/cpu_isa.h"
+
+namespace qsync {
+namespace {
+
+using dnnl::memory;
+using dt = dnnl::memory::data_type;
+using tag = dnnl::memory::format_tag;
+
+dnnl::engine& conv_engine() {
+  static dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+  return engine;
+}
+
+// A per-thread buffer that grows to the largest request and is then reused (no page faults in
+// the steady state); 64-byte aligned for the JIT kernels.
+class GrowingBuffer {
+ public:
+  ~GrowingBuffer() { std::free(data_); }
+  void* get(size_t bytes) {
+    if (bytes > size_) {
+      std::free(data_);
+      size_ = (bytes + 63) / 64 * 64;
+      data_ = std::aligned_alloc(64, size_);
+      if (data_ == nullptr) throw std::bad_alloc();
+    }
+    return data_;
+  }
+
+ private:
+  void* data_ = nullptr;
+  size_t size_ = 0;
+};
+
+// The per-thread buffers of one call, by role.
+enum Role { IN0, IN1, OUT, OUT_PLAIN, SCRATCH, ROLES };
+GrowingBuffer& thread_buffer(Role r) {
+  thread_local GrowingBuffer buffers[ROLES];
+  return buffers[r];
+}
+
+dt onednn_type(Precision p) {
+  switch (p) {
+    case Precision::FP32: return dt::f32;
+    case Precision::BF16: return dt::bf16;
+    case Precision::INT8: return dt::s8;
+    default: return dt::undef;
+  }
+}
+
+struct Key {
+  ConvOnednnOp op;
+  Precision type;
+  int64_t n, c, h, w, o, kernel, stride, pad, oh, ow;
+  bool bias;
+  auto tie() const { return std::tie(op, type, n, c, h, w, o, kernel, stride, pad, oh, ow, bias); }
+  bool operator<(const Key& k) const { return tie() < k.tie(); }
+};
+
+Key key_of(const ConvOnednnCall& c) {
+  const ConvOnednnShape& s = c.shape;
+  return {c.op, c.type, s.n, s.c, s.h, s.w, s.o, s.kernel, s.stride, s.pad, s.oh, s.ow,
+          c.op == ConvOnednnOp::FORWARD && c.bias != nullptr && c.type != Precision::INT8};
+}
+
+// One cached convolution: the primitive, the caller's plain layouts of its two inputs and its
+// output, the layouts the primitive wants, and the reorders between them (when they differ).
+struct ConvPrimitive {
+  std::string impl;  // "" when oneDNN has no usable kernel
+  dnnl::primitive prim;
+  memory::desc in_user[2], in_prim[2], out_user, out_prim, scratch;
+  dnnl::reorder in_reorder[2], out_reorder;
+  bool in_reordered[2] = {false, false}, out_reordered = false;
+  bool out_nhwc = false;  // the output comes in NHWC (oneDNN's INT8 kernels)
+};
+
+bool is_ref(const std::string& impl) { return impl.empty() || impl.rfind("ref", 0) == 0; }
+
+void set_reorders(ConvPrimitive& p) {
+  for (int i = 0; i < 2; ++i) {
+    p.in_reordered[i] = p.in_prim[i] != p.in_user[i];
+    if (p.in_reordered[i]) p.in_reorder[i] = dnnl::reorder(dnnl::reorder::primitive_desc(conv_engine(), p.in_user[i], conv_engine(), p.in_prim[i]));
+  }
+  p.out_reordered = p.out_prim != p.out_user;
+  const memory::dims& d = p.out_user.dims();
+  p.out_nhwc = p.out_prim == memory::desc(d, p.out_user.data_type(), tag::nhwc);
+  if (p.out_reordered) p.out_reorder = dnnl::reorder(dnnl::reorder::primitive_desc(conv_engine(), p.out_prim, conv_engine(), p.out_user));
+}
+
+ConvPrimitive create(const Key& k) {
+  ConvPrimitive p;
+  const dt t = onednn_type(k.type);
+  if (t == dt::undef) return p;
+  const int64_t pad_r_h = (k.oh - 1) * k.stride + k.kernel - k.h - k.pad;
+  const int64_t pad_r_w = (k.ow - 1) * k.stride + k.kernel - k.w - k.pad;
+  if (pad_r_h < 0 || pad_r_w < 0) return p;
+  const memory::dims src_dims = {k.n, k.c, k.h, k.w}, wei_dims = {k.o, k.c, k.kernel, k.kernel};
+  const memory::dims dst_dims = {k.n, k.o, k.oh, k.ow}, strides = {k.stride, k.stride};
+  const memory::dims pad_l = {k.pad, k.pad}, pad_r = {pad_r_h, pad_r_w};
+  const memory::desc src_any(src_dims, t, tag::any), wei_any(wei_dims, t, tag::any);
+  const memory::desc dst_f32_any(dst_dims, dt::f32, tag::any);
+  const memory::desc bias_md({k.o}, dt::f32, tag::x);
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  const auto algo = dnnl::algorithm::convolution_direct;
+  try {
+    if (k.op == ConvOnednnOp::FORWARD) {
+      // INT8: oneDNN 2's JIT convolutions take no run-time output scales (fixed ones would mean a
+      // primitive per step); the integer sums come out as FP32 and the scales follow (run).
+      // oneDNN's INT8 convolutions are inference-only; for a convolution the two are the same.
+      const auto prop = k.type == Precision::INT8 ? dnnl::prop_kind::forward_inference : dnnl::prop_kind::forward_training;
+      const auto d = k.bias ? dnnl::convolution_forward::desc(prop, algo, src_any, wei_any, bias_md, dst_f32_any,
+                                                              strides, pad_l, pad_r)
+                            : dnnl::convolution_forward::desc(prop, algo, src_any, wei_any, dst_f32_any, strides,
+                                                              pad_l, pad_r);
+      const dnnl::convolution_forward::primitive_desc pd(d, attr, conv_engine());
+      p.impl = pd.impl_info_str();
+      p.in_prim[0] = pd.src_desc();
+      p.in_prim[1] = pd.weights_desc();
+      p.out_prim = pd.dst_desc();
+      p.scratch = pd.scratchpad_desc();
+      p.prim = dnnl::convolution_forward(pd);
+      p.in_user[0] = memory::desc(src_dims, t, tag::nchw);
+      p.in_user[1] = memory::desc(wei_dims, t, tag::oihw);
+      p.out_user = memory::desc(dst_dims, dt::f32, tag::nchw);
+    } else {
+      // The forward hint: the same convolution in the backward's input type.
+      const memory::desc dst_any(dst_dims, t, tag::any);
+      const dnnl::convolution_forward::primitive_desc hint(
+          dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, algo, src_any, wei_any, dst_any, strides,
+                                          pad_l, pad_r),
+          conv_engine());
+      if (k.op == ConvOnednnOp::BACKWARD_DATA) {
+        const memory::desc dsrc_f32_any(src_dims, dt::f32, tag::any);
+        const dnnl::convolution_backward_data::primitive_desc pd(
+            dnnl::convolution_backward_data::desc(algo, dsrc_f32_any, wei_any, dst_any, strides, pad_l, pad_r), attr,
+            conv_engine(), hint);
+        p.impl = pd.impl_info_str();
+        p.in_prim[0] = pd.weights_desc();
+        p.in_prim[1] = pd.diff_dst_desc();
+        p.out_prim = pd.diff_src_desc();
+        p.scratch = pd.scratchpad_desc();
+        p.prim = dnnl::convolution_backward_data(pd);
+        p.in_user[0] = memory::desc(wei_dims, t, tag::oihw);
+        p.in_user[1] = memory::desc(dst_dims, t, tag::nchw);
+        p.out_user = memory::desc(src_dims, dt::f32, tag::nchw);
+      } else {
+        const memory::desc dwei_f32_any(wei_dims, dt::f32, tag::any);
+        const dnnl::convolution_backward_weights::primitive_desc pd(
+            dnnl::convolution_backward_weights::desc(algo, src_any, dwei_f32_any, dst_any, strides, pad_l, pad_r), attr,
+            conv_engine(), hint);
+        p.impl = pd.impl_info_str();
+        p.in_prim[0] = pd.src_desc();
+        p.in_prim[1] = pd.diff_dst_desc();
+        p.out_prim = pd.diff_weights_desc();
+        p.scratch = pd.scratchpad_desc();
+        p.prim = dnnl::convolution_backward_weights(pd);
+        p.in_user[0] = memory::desc(src_dims, t, tag::nchw);
+        p.in_user[1] = memory::desc(dst_dims, t, tag::nchw);
+        p.out_user = memory::desc(wei_dims, dt::f32, tag::oihw);
+      }
+    }
+    set_reorders(p);
+  } catch (const dnnl::error&) {
+    p.impl.clear();
+  }
+  // A gemm-based implementation is im2col + GEMM again; only the direct JIT kernels are taken.
+  if (is_ref(p.impl) || p.impl.find("gemm") != std::string::npos) p.impl.clear();
+  return p;
+}
+
+const ConvPrimitive& cached(const ConvOnednnCall& c) {
+  static std::mutex mutex;
+  static std::map<Key, std::unique_ptr<ConvPrimitive>> cache;
+  const Key k = key_of(c);
+  std::lock_guard<std::mutex> lock(mutex);
+  auto it = cache.find(k);
+  if (it == cache.end()) it = cache.emplace(k, std::make_unique<ConvPrimitive>(create(k))).first;
+  return *it->second;
+}
+
+// Whether the active ISA computes the call's type exactly in oneDNN's JIT kernels.
+bool isa_allows(const ConvOnednnCall& c) {
+  switch (c.type) {
+    case Precision::FP32: return true;
+    case Precision::BF16: return cpu_isa_active() >= CpuIsa::AVX512_BF16;  // else a slow emulation
+    case Precision::INT8: return c.op == ConvOnednnOp::FORWARD && cpu_isa_active() >= CpuIsa::AVX512;  // VNNI
+    default: return false;
+  }
+}
+
+}  // namespace
+
+std::string conv_onednn_impl(const ConvOnednnCall& call) { return isa_allows(call) ? cached(call).impl : ""; }
+
+bool conv_onednn_supports(const ConvOnednnCall& call) { return !conv_onednn_impl(call).empty(); }
+
+namespace {
+
+void check_supported(const ConvOnednnCall& call) {
+  if (!conv_onednn_supports(call))
+    throw std::logic_error("conv_onednn_run: oneDNN has no exact JIT convolution for this call under the active ISA; "
+                           "check conv_onednn_supports first and use the im2col path");
+}
+
+dnnl::stream& thread_stream() {
+  thread_local dnnl::stream stream(conv_engine());
+  return stream;
+}
+
+// y (N, O, H', W') = scale(o) * sums (N, H', W', O) + bias(o), scale(o) = x_scale * w_scales[o]:
+// the INT8 forward's output transform in one pass, in tiles of positions whose O sums stay in L1.
+void nhwc_to_nchw_scaled(const float* sums, const ConvOnednnCall& call, float* y) {
+  const int64_t hw = call.shape.oh * call.shape.ow, o = call.shape.o, n = call.shape.n;
+  constexpr int64_t TILE = 64;
+  const int64_t tiles = (hw + TILE - 1) / TILE;
+#pragma omp parallel for schedule(static) if (n * hw * o > (1 << 16))
+  for (int64_t t = 0; t < n * tiles; ++t) {
+    const int64_t b = t / tiles, p0 = (t % tiles) * TILE, p1 = std::min(hw, p0 + TILE);
+    const float* src = sums + b * hw * o;
+    float* dst = y + b * o * hw;
+    for (int64_t c = 0; c < o; ++c) {
+      const float scale = call.x_scale * call.w_scales[c];
+      const float bias = call.bias != nullptr ? call.bias[c] : 0.0f;
+      for (int64_t p = p0; p < p1; ++p) dst[c * hw + p] = src[p * o + c] * scale + bias;
+    }
+  }
+}
+
+// Runs a supported call; `prepared_dy`: dy already in the primitive's layout (shared by the two
+// backward convolutions), or nullptr.
+void run_call(const ConvOnednnCall& call, const memory* prepared_dy) {
+  const ConvPrimitive& p = cached(call);
+  dnnl::engine& eng = conv_engine();
+  dnnl::stream& stream = thread_stream();
+  const void* in_ptr[2];
+  int in_arg[2];
+  float* const out = call.out;
+  switch (call.op) {
+    case ConvOnednnOp::FORWARD: in_ptr[0] = call.x; in_ptr[1] = call.w; in_arg[0] = DNNL_ARG_SRC; in_arg[1] = DNNL_ARG_WEIGHTS; break;
+    case ConvOnednnOp::BACKWARD_DATA: in_ptr[0] = call.w; in_ptr[1] = call.dy; in_arg[0] = DNNL_ARG_WEIGHTS; in_arg[1] = DNNL_ARG_DIFF_DST; break;
+    case ConvOnednnOp::BACKWARD_WEIGHTS: in_ptr[0] = call.x; in_ptr[1] = call.dy; in_arg[0] = DNNL_ARG_SRC; in_arg[1] = DNNL_ARG_DIFF_DST; break;
+  }
+  std::unordered_map<int, memory> args;
+  for (int i = 0; i < 2; ++i) {
+    if (i == 1 && prepared_dy != nullptr) {
+      args.emplace(in_arg[i], *prepared_dy);
+      continue;
+    }
+    memory user(p.in_user[i], eng, const_cast<void*>(in_ptr[i]));
+    if (!p.in_reordered[i]) {
+      args.emplace(in_arg[i], user);
+      continue;
+    }
+    memory blocked(p.in_prim[i], eng, thread_buffer(Role(IN0 + i)).get(p.in_prim[i].get_size()));
+    p.in_reorder[i].execute(stream, user, blocked);
+    args.emplace(in_arg[i], blocked);
+  }
+  // Backward weights accumulates: oneDNN writes dw into a buffer, added to out below.
+  const bool accumulate = call.op == ConvOnednnOp::BACKWARD_WEIGHTS;
+  float* const plain_out = accumulate ? static_cast<float*>(thread_buffer(OUT_PLAIN).get(p.out_user.get_size())) : out;
+  memory out_user(p.out_user, eng, plain_out);
+  memory out_prim = p.out_reordered ? memory(p.out_prim, eng, thread_buffer(OUT).get(p.out_prim.get_size())) : out_user;
+  const int out_arg = call.op == ConvOnednnOp::FORWARD ? DNNL_ARG_DST
+                      : call.op == ConvOnednnOp::BACKWARD_DATA ? DNNL_ARG_DIFF_SRC : DNNL_ARG_DIFF_WEIGHTS;
+  args.emplace(out_arg, out_prim);
+  if (key_of(call).bias) args.emplace(DNNL_ARG_BIAS, memory(memory::desc({call.shape.o}, dt::f32, tag::x), eng, const_cast<float*>(call.bias)));
+  const size_t scratch_bytes = p.scratch.get_size();
+  if (scratch_bytes > 0) args.emplace(DNNL_ARG_SCRATCHPAD, memory(p.scratch, eng, thread_buffer(SCRATCH).get(scratch_bytes)));
+  p.prim.execute(stream, args);
+  const bool int8_forward = call.op == ConvOnednnOp::FORWARD && call.type == Precision::INT8;
+  if (int8_forward && p.out_nhwc) {  // one pass: NHWC -> NCHW with the scales and the bias
+    stream.wait();
+    nhwc_to_nchw_scaled(static_cast<const float*>(out_prim.get_data_handle()), call, out);
+    return;
+  }
+  if (p.out_reordered) p.out_reorder.execute(stream, out_prim, out_user);
+  stream.wait();
+  if (accumulate) {
+    const int64_t n = call.shape.o * call.shape.c * call.shape.kernel * call.shape.kernel;
+    for (int64_t i = 0; i < n; ++i) out[i] += plain_out[i];
+  }
+  // INT8: y = x_scale * w_scale[o] * sum + bias[o], per (sample, channel) plane.
+  if (int8_forward) {
+    const int64_t hw = call.shape.oh * call.shape.ow, o = call.shape.o;
+#pragma omp parallel for schedule(static) if (call.shape.n * o * hw > (1 << 16))
+    for (int64_t so = 0; so < call.shape.n * o; ++so) {
+      float* row = out + so * hw;
+      const float scale = call.x_scale * call.w_scales[so % o];
+      const float b = call.bias != nullptr ? call.bias[so % o] : 0.0f;
+      for (int64_t i = 0; i < hw; ++i) row[i] = row[i] * scale + b;
+    }
+  }
+}
+
+}  // namespace
+
+void conv_onednn_run(const ConvOnednnCall& call) {
+  check_supported(call);
+  run_call(call, nullptr);
+}
+
+void conv_onednn_run_backward(const ConvOnednnCall& data, const ConvOnednnCall& weights) {
+  check_supported(data);
+  check_supported(weights);
+  const ConvPrimitive& pd = cached(data);
+  const ConvPrimitive& pw = cached(weights);
+  if (data.dy != weights.dy || !pd.in_reordered[1] || !pw.in_reordered[1] || pd.in_prim[1] != pw.in_prim[1]) {
+    run_call(data, nullptr);
+    run_call(weights, nullptr);
+    return;
+  }
+  // Both want dy in the same blocked layout: reorder it once (a buffer of its own role).
+  thread_local GrowingBuffer dy_buffer;
+  dnnl::engine& eng = conv_engine();
+  memory user(pd.in_user[1], eng, const_cast<void*>(data.dy));
+  memory blocked(pd.in_prim[1], eng, dy_buffer.get(pd.in_prim[1].get_size()));
+  pd.in_reorder[1].execute(thread_stream(), user, blocked);
+  run_call(data, &blocked);
+  run_call(weights, &blocked);
+}
+
+}  // namespace qsync

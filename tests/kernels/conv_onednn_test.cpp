@@ -1,0 +1,213 @@
+// Unit tests for kernels/cpu/conv_onednn.h: forward, backward data and backward weights in FP32,
+// BF16 (where the CPU has BF16 dot products) and INT8 forward (where it has VNNI) against a naive
+// direct convolution in double, on awkward geometries (odd sizes, stride 2, 1x1, channel counts
+// that are not multiples of oneDNN's blocks), and the refusals (what conv_onednn_supports
+// declines runs elsewhere). Inputs are multiples of 1/16 in [-2, 2] (exact in BF16) or small
+// integers with power-of-two scales, so every sum is exact in FP32: results must match exactly.
+#include "kernels/cpu/conv_onednn.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "kernels/cpu_isa.h"
+
+namespace qsync {
+namespace {
+
+struct Geometry {
+  int64_t n, c, h, w, o, k, stride, pad;
+};
+const Geometry GEOMETRIES[] = {
+    {3, 5, 9, 7, 6, 3, 2, 1},    // odd sizes, stride 2
+    {2, 3, 8, 8, 16, 1, 1, 0},   // 1x1
+    {2, 17, 6, 5, 20, 3, 1, 1},  // channels off the 16-blocks
+    {4, 1, 28, 28, 32, 3, 1, 1}, // the zoo CNN's first layer
+};
+
+ConvOnednnShape shape_of(const Geometry& g) {
+  const int64_t oh = (g.h + 2 * g.pad - g.k) / g.stride + 1, ow = (g.w + 2 * g.pad - g.k) / g.stride + 1;
+  return {g.n, g.c, g.h, g.w, g.o, g.k, g.stride, g.pad, oh, ow};
+}
+
+std::vector<float> sixteenths(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int> d(-32, 32);
+  std::vector<float> v(n);
+  for (float& x : v) x = float(d(rng)) / 16.0f;
+  return v;
+}
+
+std::vector<uint16_t> to_bf16(const std::vector<float>& v) {  // exact for these values
+  std::vector<uint16_t> out(v.size());
+  for (size_t i = 0; i < v.size(); ++i) {
+    uint32_t bits;
+    std::memcpy(&bits, &v[i], 4);
+    out[i] = uint16_t(bits >> 16);
+  }
+  return out;
+}
+
+// The naive convolution: y (N, O, OH, OW) = sum x (N, C, H, W) w (O, C, k, k), and its adjoints.
+struct Naive {
+  ConvOnednnShape s;
+  int64_t x_at(int64_t b, int64_t ci, int64_t yy, int64_t xx) const { return ((b * s.c + ci) * s.h + yy) * s.w + xx; }
+  int64_t w_at(int64_t oc, int64_t ci, int64_t ky, int64_t kx) const { return ((oc * s.c + ci) * s.kernel + ky) * s.kernel + kx; }
+  int64_t y_at(int64_t b, int64_t oc, int64_t oy, int64_t ox) const { return ((b * s.o + oc) * s.oh + oy) * s.ow + ox; }
+  template <class F>
+  void each(F f) const {  // f(x index, w index, y index) for every product
+    for (int64_t b = 0; b < s.n; ++b)
+      for (int64_t oc = 0; oc < s.o; ++oc)
+        for (int64_t oy = 0; oy < s.oh; ++oy)
+          for (int64_t ox = 0; ox < s.ow; ++ox)
+            for (int64_t ci = 0; ci < s.c; ++ci)
+              for (int64_t ky = 0; ky < s.kernel; ++ky)
+                for (int64_t kx = 0; kx < s.kernel; ++kx) {
+                  const int64_t yy = oy * s.stride - s.pad + ky, xx = ox * s.stride - s.pad + kx;
+                  if (yy < 0 || yy >= s.h || xx < 0 || xx >= s.w) continue;
+                  f(x_at(b, ci, yy, xx), w_at(oc, ci, ky, kx), y_at(b, oc, oy, ox));
+                }
+  }
+};
+
+void expect_equal(const std::vector<float>& got, const std::vector<double>& want, const char* what) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) ASSERT_EQ(double(got[i]), want[i]) << what << " at " << i;
+}
+
+// Runs the three ops in `type` (FP32 or BF16) on one geometry and checks them exactly.
+void check_float_type(const Geometry& g, Precision type) {
+  const ConvOnednnShape s = shape_of(g);
+  const Naive nv{s};
+  const size_t nx = size_t(s.n * s.c * s.h * s.w), nw = size_t(s.o * s.c * s.kernel * s.kernel);
+  const size_t ny = size_t(s.n * s.o * s.oh * s.ow);
+  const std::vector<float> x = sixteenths(nx, 1), w = sixteenths(nw, 2), dy = sixteenths(ny, 3), bias = sixteenths(size_t(s.o), 4);
+  const std::vector<uint16_t> x16 = to_bf16(x), w16 = to_bf16(w), dy16 = to_bf16(dy);
+  const bool bf16 = type == Precision::BF16;
+  std::vector<double> y_ref(ny), dx_ref(nx, 0.0), dw_ref(nw, 0.0);
+  for (size_t i = 0; i < ny; ++i) y_ref[i] = bias[i / size_t(s.oh * s.ow) % size_t(s.o)];
+  nv.each([&](int64_t xi, int64_t wi, int64_t yi) {
+    y_ref[size_t(yi)] += double(x[size_t(xi)]) * w[size_t(wi)];
+    dx_ref[size_t(xi)] += double(dy[size_t(yi)]) * w[size_t(wi)];
+    dw_ref[size_t(wi)] += double(dy[size_t(yi)]) * x[size_t(xi)];
+  });
+  ConvOnednnCall c;
+  c.shape = s;
+  c.type = type;
+  c.op = ConvOnednnOp::FORWARD;
+  ASSERT_TRUE(conv_onednn_supports(c)) << "forward " << precision_name(type);
+  std::vector<float> y(ny), dx(nx, -7.0f), dw(nw, 0.0f);
+  c.x = bf16 ? static_cast<const void*>(x16.data()) : x.data();
+  c.w = bf16 ? static_cast<const void*>(w16.data()) : w.data();
+  c.bias = bias.data();
+  c.out = y.data();
+  conv_onednn_run(c);
+  expect_equal(y, y_ref, "y");
+  c.op = ConvOnednnOp::BACKWARD_DATA;
+  c.dy = bf16 ? static_cast<const void*>(dy16.data()) : dy.data();
+  c.out = dx.data();
+  ASSERT_TRUE(conv_onednn_supports(c));
+  conv_onednn_run(c);
+  expect_equal(dx, dx_ref, "dx (written over -7)");
+  c.op = ConvOnednnOp::BACKWARD_WEIGHTS;
+  c.out = dw.data();
+  if (!conv_onednn_supports(c)) {
+    // oneDNN has no direct kernel for some BF16 weight gradients (then the caller's im2col path
+    // runs the whole backward); the stride-1 3x3 convolutions of the zoo must have one.
+    EXPECT_TRUE(bf16 && !(g.k == 3 && g.stride == 1)) << "backward weights " << precision_name(type);
+    return;
+  }
+  conv_onednn_run(c);
+  expect_equal(dw, dw_ref, "dw");
+  conv_onednn_run(c);  // accumulates
+  for (double& v : dw_ref) v *= 2.0;
+  expect_equal(dw, dw_ref, "dw += dw");
+  // Both backward convolutions at once (dy reordered once): the same results.
+  ConvOnednnCall data = c;
+  data.op = ConvOnednnOp::BACKWARD_DATA;
+  std::vector<float> dx2(nx, 3.0f);
+  data.out = dx2.data();
+  conv_onednn_run_backward(data, c);
+  expect_equal(dx2, dx_ref, "dx (both at once)");
+  for (double& v : dw_ref) v *= 1.5;
+  expect_equal(dw, dw_ref, "dw += dw (both at once)");
+}
+
+TEST(ConvOnednn, Fp32MatchesTheNaiveConvolutionExactly) {
+  for (const Geometry& g : GEOMETRIES) check_float_type(g, Precision::FP32);
+}
+
+TEST(ConvOnednn, Bf16MatchesTheNaiveConvolutionExactly) {
+  if (cpu_isa_active() < CpuIsa::AVX512_BF16) {
+    ConvOnednnCall c;
+    c.shape = shape_of(GEOMETRIES[0]);
+    c.type = Precision::BF16;
+    EXPECT_FALSE(conv_onednn_supports(c)) << "BF16 without BF16 instructions is a slow emulation: refused";
+    GTEST_SKIP() << "this CPU has no AVX512_BF16";
+  }
+  for (const Geometry& g : GEOMETRIES) check_float_type(g, Precision::BF16);
+}
+
+TEST(ConvOnednn, Int8ForwardAppliesPerTensorAndPerChannelScales) {
+  const Geometry& g = GEOMETRIES[2];
+  const ConvOnednnShape s = shape_of(g);
+  ConvOnednnCall c;
+  c.shape = s;
+  c.type = Precision::INT8;
+  if (cpu_isa_active() < CpuIsa::AVX512) {
+    EXPECT_FALSE(conv_onednn_supports(c)) << "without VNNI oneDNN halves the weights: refused";
+    GTEST_SKIP() << "this CPU has no AVX-512 VNNI";
+  }
+  ASSERT_TRUE(conv_onednn_supports(c));
+  const size_t nx = size_t(s.n * s.c * s.h * s.w), nw = size_t(s.o * s.c * s.kernel * s.kernel);
+  const size_t ny = size_t(s.n * s.o * s.oh * s.ow);
+  std::mt19937 rng(5);
+  std::uniform_int_distribution<int> d(-127, 127);
+  std::vector<int8_t> x(nx), w(nw);
+  for (int8_t& v : x) v = int8_t(d(rng));
+  for (int8_t& v : w) v = int8_t(d(rng));
+  std::vector<float> w_scales(size_t(s.o)), bias(size_t(s.o));
+  for (int64_t j = 0; j < s.o; ++j) {
+    w_scales[size_t(j)] = std::ldexp(1.0f, -int(j % 5) - 3);
+    bias[size_t(j)] = float(j) - 4.5f;
+  }
+  std::vector<double> sums(ny, 0.0);
+  Naive{s}.each([&](int64_t xi, int64_t wi, int64_t yi) { sums[size_t(yi)] += double(x[size_t(xi)]) * w[size_t(wi)]; });
+  std::vector<double> y_ref(ny);
+  const int64_t hw = s.oh * s.ow;
+  for (size_t i = 0; i < ny; ++i) {
+    const size_t oc = i / size_t(hw) % size_t(s.o);
+    y_ref[i] = sums[i] * 0.5 * w_scales[oc] + bias[oc];
+  }
+  std::vector<float> y(ny);
+  c.x = x.data();
+  c.w = w.data();
+  c.x_scale = 0.5f;
+  c.w_scales = w_scales.data();
+  c.bias = bias.data();
+  c.out = y.data();
+  conv_onednn_run(c);
+  expect_equal(y, y_ref, "int8 y");
+  c.op = ConvOnednnOp::BACKWARD_DATA;
+  EXPECT_FALSE(conv_onednn_supports(c)) << "INT8 backward is not a oneDNN convolution";
+}
+
+TEST(ConvOnednn, RefusedCallsThrowNamingTheFallback) {
+  ConvOnednnCall c;
+  c.shape = shape_of(GEOMETRIES[0]);
+  c.type = Precision::FP16;
+  EXPECT_FALSE(conv_onednn_supports(c));
+  try {
+    conv_onednn_run(c);
+    ADD_FAILURE() << "expected an error";
+  } catch (const std::logic_error& e) {
+    EXPECT_NE(std::string(e.what()).find("im2col"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace qsync
