@@ -141,7 +141,15 @@ Tensor BinaryLayer::forward_inputs(const std::vector<Tensor>& xs, StepContext& c
   const float* ap = a.f32();
   const float* bp = b.f32();
   float* yp = y.f32();
-  switch (op_) {
+  if (a_shape_ == out && b_shape_ == out) {  // no broadcast (residual adds): plain loops
+    const int64_t n = y.numel();
+    switch (op_) {
+      case Op::ADD: for (int64_t i = 0; i < n; ++i) yp[i] = ap[i] + bp[i]; break;
+      case Op::SUB: for (int64_t i = 0; i < n; ++i) yp[i] = ap[i] - bp[i]; break;
+      case Op::MUL: for (int64_t i = 0; i < n; ++i) yp[i] = ap[i] * bp[i]; break;
+      case Op::DIV: for (int64_t i = 0; i < n; ++i) yp[i] = ap[i] / bp[i]; break;
+    }
+  } else switch (op_) {
     case Op::ADD: for_each_broadcast(out, {a_shape_, b_shape_}, [&](int64_t o, const int64_t* f) { yp[o] = ap[f[0]] + bp[f[1]]; }); break;
     case Op::SUB: for_each_broadcast(out, {a_shape_, b_shape_}, [&](int64_t o, const int64_t* f) { yp[o] = ap[f[0]] - bp[f[1]]; }); break;
     case Op::MUL: for_each_broadcast(out, {a_shape_, b_shape_}, [&](int64_t o, const int64_t* f) { yp[o] = ap[f[0]] * bp[f[1]]; }); break;
@@ -160,7 +168,9 @@ std::vector<Tensor> BinaryLayer::backward_inputs(const Tensor& dy_in, StepContex
   const Tensor dy = host_of(dy_in);
   const Shape out = dy.shape();
   Tensor ga, gb;  // full operand shapes
-  if (op_ == Op::ADD || op_ == Op::SUB) {
+  if (op_ == Op::ADD && a_shape_ == out && b_shape_ == out) {
+    ga = gb = dy;  // the same gradient flows to both operands (never written in place)
+  } else if (op_ == Op::ADD || op_ == Op::SUB) {
     ga = reduce_to(dy, out, a_shape_, 1.0f, ctx, name() + ".da");
     gb = reduce_to(dy, out, b_shape_, op_ == Op::SUB ? -1.0f : 1.0f, ctx, name() + ".db");
   } else {
