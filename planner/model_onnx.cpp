@@ -300,8 +300,11 @@ ModelDesc model_desc_from_onnx(std::string_view bytes, const std::string& source
   if (!unsupported.empty())
     throw std::invalid_argument(source_name + ": unsupported ONNX ops: " + unsupported + ". The engine trains " +
                                 onnx_supported_ops() + " (and folds Constant, Identity, Cast, Unsqueeze of constants)");
+  for (const onnx::Node& n : model.graph.nodes)  // Constants first: fusions look ahead at their operands
+    if (n.op_type == "Constant") fold_constant(b, n);
   for (size_t i = 0; i < model.graph.nodes.size(); ++i) {
     const onnx::Node& n = model.graph.nodes[i];
+    if (n.op_type == "Constant") continue;
     if (b.consumed.count(n.outputs.empty() ? "" : n.outputs[0])) continue;
     if (fold_constant(b, n)) continue;
     if (n.op_type == "Identity") {

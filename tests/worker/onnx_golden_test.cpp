@@ -113,6 +113,13 @@ TEST(OnnxGolden, PlannerSeesTheGraphLayers) {
   const ModelDesc gpt = model_desc_find(std::string(QSYNC_ONNX_GOLDEN_DIR) + "/gpt.onnx");
   EXPECT_EQ(gpt.task, ModelTask::LANGUAGE_MODEL);
   EXPECT_EQ(gpt.vocab, 96);
+  int gelus = 0, erfs = 0;  // PyTorch's erf GELU pattern (Div, Erf, Add, Mul, Mul) became one gelu layer per block
+  for (const LayerDesc* l : model_leaf_layers(gpt)) {
+    gelus += l->kind == LayerKind::GELU;
+    erfs += l->op == "Erf";
+  }
+  EXPECT_EQ(gelus, 2);
+  EXPECT_EQ(erfs, 0);
 }
 
 }  // namespace
