@@ -131,9 +131,9 @@ class TokenModel(nn.Module):
         return self.head(self.ln_f(self.blocks(self.tok(idx) + self.pos)))
 
 
-def build(name, tiny=False, channels=1, dropout=0.1):
+def build(name, tiny=False, channels=1, dropout=0.1, width=None):
     if name == "resnet18":
-        return ResNet18(channels=channels, width=4 if tiny else 64), (channels, 32, 32)
+        return ResNet18(channels=channels, width=4 if tiny else (width or 64)), (channels, 32, 32)
     kw = dict(width=16, heads=2, layers=2, seq_len=8, dropout=0.0) if tiny else dict(dropout=dropout)
     model = TokenModel(causal=(name == "gpt"), **kw)
     return model, (kw.get("seq_len", 64),)
@@ -189,6 +189,7 @@ def main():
     ap.add_argument("-o", "--output", help="the .onnx file to write")
     ap.add_argument("--channels", type=int, default=1, help="ResNet input channels (1: Fashion-MNIST, 3: CIFAR)")
     ap.add_argument("--dropout", type=float, default=0.1, help="token models' dropout")
+    ap.add_argument("--width", type=int, help="ResNet base width (default 64: the 11.2 M parameters of ResNet-18)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--golden", metavar="DIR", help="write the test goldens of all three models (tiny) to DIR")
     a = ap.parse_args()
@@ -200,7 +201,7 @@ def main():
     if not a.model or not a.output:
         ap.error("give a model and -o FILE (or --golden DIR)")
     torch.manual_seed(a.seed)
-    model, shape = build(a.model, channels=a.channels, dropout=a.dropout)
+    model, shape = build(a.model, channels=a.channels, dropout=a.dropout, width=a.width)
     x, _ = sample_batch(a.model, shape, 2, torch.Generator().manual_seed(a.seed))
     export(model, x, a.output)
     n = sum(p.numel() for p in model.parameters())
