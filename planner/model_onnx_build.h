@@ -49,6 +49,15 @@ bool map_node(Builder& b, const onnx::Node& n, size_t index);
 // The supported op types, sorted.
 const std::vector<std::string>& supported_ops();
 
+// Single-input ops of the engine's own kinds (relu, gelu, dropout, softmax, unary), model_onnx_ops.cpp.
+void map_simple(Builder& b, const onnx::Node& n, LayerKind kind);
+// Fusions (model_onnx_fusion.cpp). bias_add: the Add after MatMul node `index` adding a 1-D bias of
+// N values, when it is the MatMul output's only reader (its bias in *bias), else nullptr.
+const onnx::Node* bias_add(Builder& b, const onnx::Node& n, size_t index, int64_t N, const onnx::TensorData** bias);
+// The exact-erf GELU pattern starting at Div node `index`: maps it as one gelu layer; false when
+// the nodes after it are not that pattern.
+bool fuse_gelu(Builder& b, const onnx::Node& div, size_t index);
+
 GraphTensor graph_tensor(const onnx::TensorData& t);
 int64_t attr_int(const onnx::Node& n, const char* name, int64_t fallback);
 float attr_float(const onnx::Node& n, const char* name, float fallback);
