@@ -69,15 +69,20 @@ std::vector<Field> build_spec_fields() {
   std::vector<Field> f;
   const std::vector<std::string> precisions = precision_names();
 
-  f.push_back(Field::object("spec.model", "What to train: exactly one of zoo, file or configMap.")
+  f.push_back(Field::object("spec.model", "What to train: exactly one of zoo, file, onnx or configMap.")
                   .mandatory()
-                  .with_rule("(has(self.zoo) ? 1 : 0) + (has(self.file) ? 1 : 0) + (has(self.configMap) ? 1 : 0) == 1",
-                             "set exactly one of zoo, file or configMap"));
+                  .with_rule("(has(self.zoo) ? 1 : 0) + (has(self.file) ? 1 : 0) + (has(self.onnx) ? 1 : 0) + "
+                             "(has(self.configMap) ? 1 : 0) == 1",
+                             "set exactly one of zoo, file, onnx or configMap"));
   f.push_back(Field::string("spec.model.zoo", "A model of the built-in zoo (e.g. cnn, mlp, transformer).").non_empty());
   f.push_back(Field::string("spec.model.file", "A model description file (YAML) inside the worker image.").non_empty());
-  f.push_back(Field::object("spec.model.configMap", "A model description (YAML) held in a ConfigMap."));
+  f.push_back(Field::string("spec.model.onnx", "An ONNX model file (torch.onnx.export; tools/export_onnx.py) inside "
+                                               "the worker image, or beside the job file for qsync run.")
+                  .non_empty());
+  f.push_back(Field::object("spec.model.configMap", "A model description (YAML, or ONNX under a key ending .onnx in "
+                                                    "binaryData) held in a ConfigMap."));
   f.push_back(Field::string("spec.model.configMap.name", "The ConfigMap's name.").mandatory().non_empty());
-  f.push_back(Field::string("spec.model.configMap.key", "The key holding the model YAML.").mandatory().non_empty());
+  f.push_back(Field::string("spec.model.configMap.key", "The key holding the model YAML (or the .onnx bytes).").mandatory().non_empty());
 
   f.push_back(Field::object("spec.data", "The training data: a path, or a PersistentVolumeClaim. Default: the model's.")
                   .with_rule("!(has(self.path) && has(self.volume))", "set path or volume, not both"));

@@ -15,6 +15,7 @@
 #include "planner/job_field_validation.h"
 #include "planner/job_fields.h"
 #include "planner/json_access.h"
+#include "planner/model_onnx.h"
 
 namespace qsync {
 namespace {
@@ -25,10 +26,14 @@ using json = nlohmann::json;
 // servers evaluate). `spec` has its defaults and passed the field checks.
 void check_cross_field_rules(const json& spec, std::vector<std::string>& problems) {
   const json& model = spec["model"];
-  const int sources = int(model.contains("zoo")) + int(model.contains("file")) + int(model.contains("configMap"));
+  const int sources = int(model.contains("zoo")) + int(model.contains("file")) + int(model.contains("onnx")) +
+                      int(model.contains("configMap"));
   if (sources != 1)
-    problems.push_back("spec.model: set exactly one of zoo (a zoo model name), file (a model file) or configMap, got " +
-                       std::to_string(sources));
+    problems.push_back("spec.model: set exactly one of zoo (a zoo model name), file (a model file), onnx (an .onnx "
+                       "file) or configMap, got " + std::to_string(sources));
+  if (model.contains("onnx") && model["onnx"].is_string() && !is_onnx_path(model["onnx"].get<std::string>()))
+    problems.push_back("spec.model.onnx: '" + model["onnx"].get<std::string>() +
+                       "' is not an .onnx file; export one with tools/export_onnx.py, or use file for a YAML model");
   if (spec.contains("data") && spec["data"].contains("path") && spec["data"].contains("volume"))
     problems.push_back("spec.data: set path or volume, not both");
   if (spec.contains("steps") && spec.contains("epochs"))
@@ -160,7 +165,7 @@ std::vector<std::string> job_file_local_problems(const JobFile& file) {
   std::vector<std::string> problems;
   if (s.model.config_map)
     problems.push_back("spec.model.configMap names a Kubernetes ConfigMap, which only the operator reads; locally use "
-                       "zoo (a zoo model name) or file (a model file)");
+                       "zoo (a zoo model name), file (a model file) or onnx (an .onnx file)");
   if (s.pool.local.empty())
     problems.push_back("spec.pool.local lists no workers; `qsync run` needs local workers, e.g. local: [{deviceClass: "
                        "cpu-avx2}, {deviceClass: cpu-sse41}]");
@@ -248,6 +253,7 @@ JobSpec job_spec_from_json(const json& input) {
   const json& model = spec["model"];
   s.model.zoo = json_text(model, "zoo");
   s.model.file = json_text(model, "file");
+  s.model.onnx = json_text(model, "onnx");
   if (model.contains("configMap"))
     s.model.config_map = ConfigMapKey{json_text(model["configMap"], "name"), json_text(model["configMap"], "key")};
   const json data = spec.value("data", json::object());
@@ -314,6 +320,7 @@ json to_json(const JobSpec& s) {
   json model = json::object();
   put_text(model, "zoo", s.model.zoo);
   put_text(model, "file", s.model.file);
+  put_text(model, "onnx", s.model.onnx);
   if (s.model.config_map) model["configMap"] = {{"name", s.model.config_map->name}, {"key", s.model.config_map->key}};
   json out = {{"model", model}};
   json data = json::object();
@@ -376,7 +383,9 @@ std::string JobFile::resolve(const std::string& path) const {
   return (std::filesystem::path(source).parent_path() / path).string();
 }
 
-std::string JobFile::model_reference() const { return spec.model.zoo.empty() ? resolve(spec.model.file) : spec.model.zoo; }
+std::string JobFile::model_reference() const {
+  return spec.model.zoo.empty() ? resolve(spec.model.name_or_file()) : spec.model.zoo;
+}
 
 json job_yaml_to_json(const std::string& text) {
   YAML::Node root;

@@ -10,7 +10,7 @@
 //   kind: HybridTrainingJob
 //   metadata: {name: fmnist-hybrid}
 //   spec:
-//     model: {zoo: cnn}                       # or {file: path/to/model.yaml}, {configMap: ...}
+//     model: {zoo: cnn}                       # or {file: path/to/model.yaml}, {onnx: model.onnx}, {configMap: ...}
 //     data: {path: /usr/share/datasets/fashion-mnist}
 //     optimizer: {name: adamw, lr: 0.002, weightDecay: 0, warmupSteps: 0, gradClip: 0, schedule: cosine}
 //     steps: 400                              # or epochs: 1.5
@@ -52,8 +52,11 @@ struct ConfigMapKey {
 struct ModelSource {  // exactly one is set
   std::string zoo;
   std::string file;
+  std::string onnx;  // an ONNX model file (planner/model_onnx.h)
   std::optional<ConfigMapKey> config_map;
   bool operator==(const ModelSource&) const = default;
+  // The zoo name, or the file (YAML or ONNX) as written in the job.
+  const std::string& name_or_file() const { return !zoo.empty() ? zoo : !onnx.empty() ? onnx : file; }
 };
 
 struct VolumeClaim {

@@ -2,6 +2,7 @@
 // Model files: the top level (name, task, input, classes, layers), the task checks, the model
 // hash, the model zoo lookup and the tree queries. Layers are built by model_layers.cpp.
 #include "planner/model_desc.h"
+#include "planner/model_onnx.h"
 
 #include <yaml-cpp/yaml.h>
 
@@ -121,7 +122,17 @@ std::string canonical_text(const ModelDesc& m) {
          " stride=" + std::to_string(l.stride) + " padding=" + std::to_string(l.padding) +
          " heads=" + std::to_string(l.heads) + " bias=" + (l.bias ? "1" : "0") +
          " causal=" + (l.causal ? "1" : "0") + " p=" + number(l.p) + " in=" + shape_string(l.in_shape) +
-         " out=" + shape_string(l.out_shape) + " params=" + std::to_string(l.parameter_count) + "\n";
+         " out=" + shape_string(l.out_shape) + " params=" + std::to_string(l.parameter_count);
+    if (!l.op.empty() || !l.graph_inputs.empty()) {  // ONNX graph nodes (YAML models hash as before)
+      t += " op=" + l.op + " from=";
+      for (int i : l.graph_inputs) t += std::to_string(i) + ",";
+      t += " axes=";
+      for (int64_t a : l.axes) t += std::to_string(a) + ",";
+      t += " eps=" + number(l.eps) + " momentum=" + number(l.momentum);
+      for (const GraphTensor& c : l.constants) t += " const=" + c.name + shape_string(c.dims);
+      for (const GraphTensor& c : l.initial) t += " init=" + c.name + shape_string(c.dims);
+    }
+    t += "\n";
   });
   return t;
 }
@@ -166,6 +177,18 @@ const char* layer_kind_name(LayerKind k) {
     case LayerKind::LAYERNORM: return "layernorm";
     case LayerKind::EMBEDDING: return "embedding";
     case LayerKind::DROPOUT: return "dropout";
+    case LayerKind::GRAPH: return "graph";
+    case LayerKind::BATCHNORM: return "batchnorm";
+    case LayerKind::UNARY: return "unary";
+    case LayerKind::BINARY: return "binary";
+    case LayerKind::SOFTMAX: return "softmax";
+    case LayerKind::AVGPOOL2D: return "avgpool2d";
+    case LayerKind::RESHAPE: return "reshape";
+    case LayerKind::TRANSPOSE: return "transpose";
+    case LayerKind::CONCAT: return "concat";
+    case LayerKind::MATMUL: return "matmul";
+    case LayerKind::GATHER: return "gather";
+    case LayerKind::WHERE: return "where";
   }
   return "unknown";
 }
@@ -242,10 +265,12 @@ std::vector<std::string> model_zoo_names() {
 ModelDesc model_desc_find(const std::string& name_or_path) {
   namespace fs = std::filesystem;
   std::error_code ec;
-  if (fs::is_regular_file(name_or_path, ec)) return model_desc_load(name_or_path);
+  if (fs::is_regular_file(name_or_path, ec))
+    return is_onnx_path(name_or_path) ? model_desc_load_onnx(name_or_path) : model_desc_load(name_or_path);
   std::string dir = model_zoo_dir();
   bool looks_like_path = name_or_path.find('/') != std::string::npos ||
-                         fs::path(name_or_path).extension() == ".yaml" || fs::path(name_or_path).extension() == ".yml";
+                         fs::path(name_or_path).extension() == ".yaml" || fs::path(name_or_path).extension() == ".yml" ||
+                         is_onnx_path(name_or_path);
   if (!looks_like_path && !name_or_path.empty()) {
     std::string zoo_file = (fs::path(dir) / (name_or_path + ".yaml")).string();
     if (fs::is_regular_file(zoo_file, ec)) return model_desc_load(zoo_file);
@@ -254,12 +279,14 @@ ModelDesc model_desc_find(const std::string& name_or_path) {
   for (const std::string& n : model_zoo_names()) zoo += (zoo.empty() ? "" : ", ") + n;
   if (zoo.empty()) zoo = "none: the directory is missing or has no .yaml files";
   if (looks_like_path)
-    throw std::invalid_argument("model file '" + name_or_path + "' does not exist; pass an existing model YAML or "
+    throw std::invalid_argument("model file '" + name_or_path + "' does not exist; pass an existing model YAML, an .onnx file or "
                                 "the name of a zoo model in " + dir + " (" + zoo + ")");
   throw std::invalid_argument("unknown model '" + name_or_path + "': no such file, and no '" + name_or_path +
                               ".yaml' in the model zoo " + dir + " (models there: " + zoo +
                               "); pass a model file path or a zoo name, or set QSYNC_MODEL_ZOO to another zoo");
 }
+
+uint64_t model_desc_hash(const ModelDesc& m) { return fnv1a_64(canonical_text(m)); }
 
 std::string model_hash_string(uint64_t hash) {
   char buffer[17];
@@ -278,7 +305,7 @@ std::vector<const LayerDesc*> model_gemm_layers(const ModelDesc& m) {
 std::vector<const LayerDesc*> model_leaf_layers(const ModelDesc& m) {
   std::vector<const LayerDesc*> out;
   std::function<void(const LayerDesc&)> visit = [&](const LayerDesc& l) {
-    if (l.kind == LayerKind::SEQUENTIAL || l.kind == LayerKind::RESIDUAL) {
+    if (l.kind == LayerKind::SEQUENTIAL || l.kind == LayerKind::RESIDUAL || l.kind == LayerKind::GRAPH) {
       for (const LayerDesc& c : l.children) visit(c);
     } else {
       out.push_back(&l);  // attention is one leaf; its qkv and proj are not visited

@@ -25,6 +25,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -38,8 +39,18 @@ enum class LayerKind : uint8_t {
   SEQUENTIAL, RESIDUAL,  // containers
   LINEAR, CONV2D, ATTENTION,  // GEMM-like (ATTENTION owns two LINEAR children: qkv, proj)
   RELU, GELU, MAXPOOL2D, GLOBAL_AVG_POOL, FLATTEN, TO_TOKENS, POSITIONAL, LAYERNORM, EMBEDDING, DROPOUT,
+  // ONNX graphs (planner/model_onnx.h): GRAPH runs its children as a DAG (their graph_inputs);
+  // the kinds below are its nodes' own (the ones above are reused where they match).
+  GRAPH, BATCHNORM, UNARY, BINARY, SOFTMAX, AVGPOOL2D, RESHAPE, TRANSPOSE, CONCAT, MATMUL, GATHER, WHERE,
 };
 const char* layer_kind_name(LayerKind k);  // the YAML spelling
+
+// A tensor an ONNX graph node carries: a constant operand or a parameter's initial value.
+struct GraphTensor {
+  std::string name;  // the ONNX initializer (or Constant) it came from
+  Shape dims;        // its ONNX dims (an operand broadcasts against the full (B, ...) shape)
+  std::shared_ptr<const std::vector<float>> values;  // row-major, shape_numel(dims) entries
+};
 
 struct LayerDesc {
   std::string name;  // dotted path, unique: "blocks.0.attn.qkv"
@@ -58,6 +69,17 @@ struct LayerDesc {
   int64_t parameter_count = 0;  // this layer's own parameters (children excluded)
   // GEMM-like leaves (LINEAR, CONV2D): the forward GEMM per sample is (rows, n) = (rows, k) x (k, n)^T
   int64_t gemm_rows = 0, gemm_n = 0, gemm_k = 0;
+  // Nodes of an ONNX graph (children of a GRAPH; see planner/model_onnx.h):
+  std::string op;                      // the ONNX op type ("Conv", "Add", ...); empty for YAML layers
+  std::vector<int> graph_inputs;       // activation inputs: -1 the model input, i the output of child i
+                                       // (a GRAPH itself: {the child whose output is the model's})
+  std::vector<Shape> input_shapes;     // their per-sample shapes (in_shape is the first)
+  std::vector<GraphTensor> constants;  // constant operands (BINARY, WHERE) and kept state (BATCHNORM)
+  std::vector<GraphTensor> initial;    // initial parameter values, in the layer's parameter order
+  std::vector<int64_t> axes;           // TRANSPOSE: perm; CONCAT, SOFTMAX: axis (per sample, batch excluded);
+                                       // BINARY, WHERE: per operand, 1 an activation, 0 a constant, 2 a
+                                       // trained parameter (BINARY; its initial value in `initial`)
+  double eps = 1e-5, momentum = 0.9;   // BATCHNORM (ONNX momentum: running = running * m + batch * (1 - m))
 };
 
 enum class ModelTask : uint8_t { CLASSIFICATION, LANGUAGE_MODEL };
@@ -84,6 +106,8 @@ ModelDesc model_desc_find(const std::string& name_or_path);
 std::vector<std::string> model_zoo_names();
 // The zoo directory: $QSYNC_MODEL_ZOO when set, else the source tree's examples/models.
 std::string model_zoo_dir();
+// The hash of an expanded description (its canonical text): set by the parsers.
+uint64_t model_desc_hash(const ModelDesc& m);
 // A model hash as plan files and checkpoints spell it: 16 lower-case hex digits.
 std::string model_hash_string(uint64_t hash);
 

@@ -142,6 +142,20 @@ void infer_shapes(LayerDesc& l, const Shape& in, bool token_ids, int64_t vocab) 
     case LayerKind::RELU:
     case LayerKind::GELU:
     case LayerKind::DROPOUT: break;
+    case LayerKind::GRAPH:
+    case LayerKind::BATCHNORM:
+    case LayerKind::UNARY:
+    case LayerKind::BINARY:
+    case LayerKind::SOFTMAX:
+    case LayerKind::AVGPOOL2D:
+    case LayerKind::RESHAPE:
+    case LayerKind::TRANSPOSE:
+    case LayerKind::CONCAT:
+    case LayerKind::MATMUL:
+    case LayerKind::GATHER:
+    case LayerKind::WHERE:
+      shape_error(std::string("layer kind ") + layer_kind_name(l.kind) +
+                  " exists only in ONNX graphs, whose shapes planner/model_onnx.cpp infers");
   }
 }
 

@@ -5,10 +5,14 @@
 #include "worker/layer.h"
 #include "worker/layers/activation.h"
 #include "worker/layers/attention.h"
+#include "worker/layers/batchnorm.h"
 #include "worker/layers/container.h"
 #include "worker/layers/conv2d.h"
 #include "worker/layers/dropout.h"
+#include "worker/layers/elementwise.h"
 #include "worker/layers/embedding.h"
+#include "worker/layers/graph.h"
+#include "worker/layers/graph_ops.h"
 #include "worker/layers/layernorm.h"
 #include "worker/layers/linear.h"
 #include "worker/layers/pool.h"
@@ -33,6 +37,18 @@ std::unique_ptr<Layer> layer_create(const LayerDesc& d, MemoryAccount* memory) {
     case LayerKind::LAYERNORM: return std::make_unique<LayerNormLayer>(d, memory);
     case LayerKind::EMBEDDING: return std::make_unique<EmbeddingLayer>(d, memory);
     case LayerKind::DROPOUT: return std::make_unique<DropoutLayer>(d, memory);
+    case LayerKind::GRAPH: return std::make_unique<GraphLayer>(d, memory);
+    case LayerKind::BATCHNORM: return std::make_unique<BatchNormLayer>(d, memory);
+    case LayerKind::UNARY: return std::make_unique<UnaryLayer>(d, memory);
+    case LayerKind::BINARY: return std::make_unique<BinaryLayer>(d, memory);
+    case LayerKind::SOFTMAX: return std::make_unique<SoftmaxLayer>(d, memory);
+    case LayerKind::AVGPOOL2D: return std::make_unique<AvgPool2dLayer>(d, memory);
+    case LayerKind::RESHAPE: return std::make_unique<ReshapeLayer>(d, memory);
+    case LayerKind::TRANSPOSE: return std::make_unique<TransposeLayer>(d, memory);
+    case LayerKind::CONCAT: return std::make_unique<ConcatLayer>(d, memory);
+    case LayerKind::MATMUL: return std::make_unique<MatMulLayer>(d, memory);
+    case LayerKind::GATHER: return std::make_unique<GatherLayer>(d, memory);
+    case LayerKind::WHERE: return std::make_unique<WhereLayer>(d, memory);
   }
   throw std::invalid_argument("layer '" + d.name + "': the engine has no implementation of kind " +
                               std::to_string(int(d.kind)));

@@ -6,6 +6,7 @@
 
 #include "worker/layers/attention.h"
 #include "worker/layers/container.h"
+#include "worker/layers/graph.h"
 
 namespace qsync {
 
@@ -70,6 +71,8 @@ void visit(Layer& l, const std::function<void(Layer&)>& f) {
     for (const auto& child : s->children()) visit(*child, f);
   } else if (auto* r = dynamic_cast<ResidualLayer*>(&l)) {
     visit(r->body(), f);
+  } else if (auto* g = dynamic_cast<GraphLayer*>(&l)) {
+    for (const auto& child : g->children()) visit(*child, f);
   } else if (auto* a = dynamic_cast<AttentionLayer*>(&l)) {
     visit(a->qkv(), f);
     visit(a->proj(), f);

@@ -13,12 +13,34 @@ namespace {
 
 constexpr int64_t EVAL_BATCH = 500;
 
+// Images padded to the model's size when it asks for a larger one of the same channels (Fashion-MNIST's
+// 28 x 28 for a CIFAR-sized 32 x 32 ResNet): centered, borders filled with each image's corner
+// pixel (the background). Other mismatches are left for the shape check to refuse.
+ImageDataset pad_to_model(ImageDataset d, const Shape& want) {
+  if (want.size() != 3 || want[0] != d.channels || want[1] < d.height || want[2] < d.width ||
+      (want[1] - d.height) % 2 != 0 || (want[2] - d.width) % 2 != 0 || (want[1] == d.height && want[2] == d.width))
+    return d;
+  const int64_t H = want[1], W = want[2], ph = (H - d.height) / 2, pw = (W - d.width) / 2;
+  std::vector<float> out(size_t(d.count * d.channels * H * W));
+  for (int64_t n = 0; n < d.count; ++n)
+    for (int64_t c = 0; c < d.channels; ++c) {
+      const float* src = d.images.data() + (n * d.channels + c) * d.height * d.width;
+      float* dst = out.data() + (n * d.channels + c) * H * W;
+      std::fill(dst, dst + H * W, src[0]);
+      for (int64_t y = 0; y < d.height; ++y) std::copy(src + y * d.width, src + (y + 1) * d.width, dst + (y + ph) * W + pw);
+    }
+  d.images = std::move(out);
+  d.height = H;
+  d.width = W;
+  return d;
+}
+
 class ImageTrainingData final : public TrainingData {
  public:
   ImageTrainingData(const ModelDesc& m, const std::string& dir, const BatchSharding& sharding, uint64_t seed,
                     int64_t eval_limit)
-      : train_(fashion_mnist_load(dir, FashionMnistSplit::TRAIN)),
-        test_(fashion_mnist_load(dir, FashionMnistSplit::TEST, eval_limit)),
+      : train_(pad_to_model(fashion_mnist_load(dir, FashionMnistSplit::TRAIN), m.input_shape)),
+        test_(pad_to_model(fashion_mnist_load(dir, FashionMnistSplit::TEST, eval_limit), m.input_shape)),
         loader_(train_, sharding, seed),
         eval_(test_, EVAL_BATCH) {
     const Shape sample = {train_.channels, train_.height, train_.width};

@@ -88,7 +88,7 @@ std::vector<std::string> worker_command(const api::HybridTrainingJob& job, const
   WorkerLaunch l;
   l.binary = WORKER_BINARY;
   l.model = s.model.config_map ? std::string(MODEL_MOUNT) + "/" + s.model.config_map->key
-                               : (s.model.zoo.empty() ? s.model.file : s.model.zoo);
+                               : s.model.name_or_file();
   l.data = s.data.volume ? std::string(DATA_MOUNT) + (s.data.volume->path.empty() ? "" : "/" + s.data.volume->path)
                          : s.data.path;
   l.plan_file = std::string(PLAN_MOUNT) + "/rank-" + std::to_string(rank.rank) + ".yaml";

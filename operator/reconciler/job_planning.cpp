@@ -12,6 +12,7 @@
 #include "planner/allocator.h"
 #include "planner/indicator.h"
 #include "planner/model_desc.h"
+#include "planner/model_onnx.h"
 
 namespace qsync::reconciler {
 namespace {
@@ -28,6 +29,27 @@ bool has_label(const json& cm, const std::string& key) {
 std::string cm_data(const json& cm, const std::string& key) {
   if (!cm.contains("data") || !cm["data"].contains(key) || !cm["data"][key].is_string()) return "";
   return cm["data"][key].get<std::string>();
+}
+
+// A ConfigMap's binaryData value (base64, as the API server returns it); "" when absent or invalid.
+std::string cm_binary_data(const json& cm, const std::string& key) {
+  if (!cm.contains("binaryData") || !cm["binaryData"].contains(key) || !cm["binaryData"][key].is_string()) return "";
+  const std::string text = cm["binaryData"][key].get<std::string>();
+  std::string out;
+  uint32_t bits = 0;
+  int n = 0;
+  for (char c : text) {
+    int v = c >= 'A' && c <= 'Z' ? c - 'A' : c >= 'a' && c <= 'z' ? c - 'a' + 26 : c >= '0' && c <= '9' ? c - '0' + 52
+            : c == '+' ? 62 : c == '/' ? 63 : -1;
+    if (c == '=' || c == '\n' || c == '\r') continue;
+    if (v < 0) return "";
+    bits = (bits << 6) | uint32_t(v);
+    if ((n += 6) >= 8) {
+      n -= 8;
+      out.push_back(char((bits >> n) & 0xff));
+    }
+  }
+  return out;
 }
 
 double log_batch_distance(int64_t a, int64_t b) { return std::abs(std::log(double(a) / double(b))); }
@@ -67,12 +89,16 @@ ModelDesc job_model(const api::HybridTrainingJob& job, const std::vector<json>& 
   if (m.config_map) {
     for (const json& cm : config_maps) {
       if (cm_name(cm) != m.config_map->name) continue;
-      const std::string text = cm_data(cm, m.config_map->key);
+      const bool onnx = is_onnx_path(m.config_map->key);  // ONNX bytes: binaryData (kubectl --from-file does that)
+      const std::string text = onnx ? cm_binary_data(cm, m.config_map->key) : cm_data(cm, m.config_map->key);
       const std::string where = "ConfigMap " + job.namespace_name() + "/" + m.config_map->name + " key " + m.config_map->key;
       if (text.empty())
-        throw PlanningError("ModelMissing", where + " is missing or empty: add the model description under that key",
+        throw PlanningError("ModelMissing", where + (onnx ? " is missing from binaryData or empty: add the .onnx file "
+                                                            "(kubectl create configmap NAME --from-file=model.onnx)"
+                                                          : " is missing or empty: add the model description under that key"),
                             false);
       try {
+        if (onnx) return model_desc_from_onnx(text, where);
         return model_desc_parse(text, where);
       } catch (const std::exception& e) {
         throw PlanningError("InvalidModel", std::string("spec.model.configMap: ") + e.what(), true);
@@ -84,12 +110,12 @@ ModelDesc job_model(const api::HybridTrainingJob& job, const std::vector<json>& 
                             " --from-file=" + m.config_map->key + "=MODEL.yaml)",
                         false);
   }
-  const std::string name = m.zoo.empty() ? m.file : m.zoo;
+  const std::string& name = m.name_or_file();
   try {
     return model_desc_find(name);
   } catch (const std::exception& e) {
-    throw PlanningError("InvalidModel", std::string(m.zoo.empty() ? "spec.model.file: " : "spec.model.zoo: ") + e.what(),
-                        true);
+    const char* field = !m.zoo.empty() ? "spec.model.zoo: " : !m.onnx.empty() ? "spec.model.onnx: " : "spec.model.file: ";
+    throw PlanningError("InvalidModel", field + std::string(e.what()), true);
   }
 }
 
@@ -193,8 +219,7 @@ JobPlan plan_pool(const api::HybridTrainingJob& job, const PlanningInputs& input
   // How the worker names the model: the zoo name, the file, or where the ConfigMap is mounted.
   const api::ModelSource& source = job.spec.model;
   const std::string model_ref = source.config_map ? "MODEL.yaml (ConfigMap " + source.config_map->name + ")"
-                                : source.zoo.empty() ? source.file
-                                                     : source.zoo;
+                                                    : source.name_or_file();
   const api::PlanningSpec& planning = job.spec.planning;
   const int64_t world = int64_t(out.ranks.size());
   if (job.spec.global_batch < world)

@@ -70,6 +70,21 @@ TEST(JobFile, ModelFilesResolveAgainstTheJobFile) {
   EXPECT_EQ(job_file_parse(text, "/jobs/job.yaml").model_reference(), "/jobs/models/m.yaml");
 }
 
+TEST(JobFile, OnnxModelsAreOneModelSourceAndMustBeOnnxFiles) {
+  std::string text = job_text("");
+  text.replace(text.find("{zoo: mlp}"), 10, "{onnx: models/resnet18.onnx}");
+  const JobFile f = job_file_parse(text, "/jobs/job.yaml");
+  EXPECT_EQ(f.spec.model.onnx, "models/resnet18.onnx");
+  EXPECT_EQ(f.model_reference(), "/jobs/models/resnet18.onnx");
+  EXPECT_EQ(to_json(f.spec)["model"]["onnx"], "models/resnet18.onnx");  // the operator's view keeps it
+  std::string yaml = job_text("");
+  yaml.replace(yaml.find("{zoo: mlp}"), 10, "{onnx: m.yaml}");
+  expect_error<std::invalid_argument>([&] { (void)job_file_parse(yaml, "job.yaml"); }, {"spec.model.onnx", "export_onnx"});
+  std::string both = job_text("");
+  both.replace(both.find("{zoo: mlp}"), 10, "{zoo: mlp, onnx: m.onnx}");
+  expect_error<std::invalid_argument>([&] { (void)job_file_parse(both, "job.yaml"); }, {"exactly one of zoo", "onnx (an .onnx file)", "got 2"});
+}
+
 TEST(JobFile, BadValuesAreRefusedWithTheTablesMessages) {
   expect_error<std::invalid_argument>([] { (void)job_file_parse(job_text("  optimizer: {lrate: 1}\n"), "job.yaml"); },
                                       {"job.yaml", "unknown field \"lrate\" in spec.optimizer", "lr"});

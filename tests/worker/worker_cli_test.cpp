@@ -107,6 +107,23 @@ TEST(WorkerCli, MalformedModelYaml) {
   expect_refused({"--model", model, "--steps", "1"}, {model, "malformed YAML"});
 }
 
+TEST(WorkerCli, OnnxModelsTrainAndBrokenOnesAreRefused) {
+  const std::string gpt = std::string(QSYNC_SOURCE_DIR) + "/tests/golden/onnx/gpt.onnx";
+  if (fs::exists("/usr/share/games/fortunes")) {
+    TempDir dir;
+    const RunResult r = run_worker({"--model", gpt, "--data", "/usr/share/games/fortunes", "--steps", "2", "--batch", "4",
+                                    "--precision", "int8", "--eval-limit", "8", "--threads", "1", "--quiet"},
+                                   dir);
+    EXPECT_TRUE(r.exited && r.code == 0) << r.err;
+  }
+  TempDir dir;
+  std::string bytes = read_file(gpt);
+  const std::string cut = dir.write("cut.onnx", bytes.substr(0, bytes.size() / 3));
+  expect_refused({"--model", cut, "--steps", "1"}, {cut, "ONNX: byte", "truncated"});
+  const std::string text = dir.write("text.onnx", "name: not onnx\n");
+  expect_refused({"--model", text, "--steps", "1"}, {text, "ONNX"});
+}
+
 TEST(WorkerCli, UnknownModelName) {
   expect_refused({"--model", "no-such-model", "--steps", "1"}, {"unknown model 'no-such-model'", "mlp"});
 }

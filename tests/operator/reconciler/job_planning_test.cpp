@@ -4,6 +4,8 @@
 // commands to run, terminal errors (no nodes, infeasible, unknown allocator) and plan.json.
 #include <gtest/gtest.h>
 
+#include "tests/support/onnx_writer.h"
+
 #include "operator/api/hybrid_training_job.h"
 #include "operator/reconciler/job_planning.h"
 #include "planner/model_desc.h"
@@ -123,6 +125,52 @@ TEST(JobPlanning, BrokenProfileConfigMapIsReported) {
   EXPECT_TRUE(found.profiles.empty());
   ASSERT_EQ(found.problems.size(), 1u);
   EXPECT_NE(found.problems[0].find("broken"), std::string::npos) << found.problems[0];
+}
+
+std::string base64(const std::string& bytes) {
+  static const char* A = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string out;
+  for (size_t i = 0; i < bytes.size(); i += 3) {
+    uint32_t v = uint32_t(uint8_t(bytes[i])) << 16;
+    if (i + 1 < bytes.size()) v |= uint32_t(uint8_t(bytes[i + 1])) << 8;
+    if (i + 2 < bytes.size()) v |= uint8_t(bytes[i + 2]);
+    out += A[(v >> 18) & 63];
+    out += A[(v >> 12) & 63];
+    out += i + 1 < bytes.size() ? A[(v >> 6) & 63] : '=';
+    out += i + 2 < bytes.size() ? A[v & 63] : '=';
+  }
+  return out;
+}
+
+// (B, 1, 28, 28) -> Flatten -> fc Gemm (10): an ONNX model small enough for a ConfigMap.
+std::string tiny_onnx() {
+  namespace w = qsync::onnx_writer;
+  w::GraphSpec g;
+  g.inputs = {w::value_info("input", 1, {-1, 1, 28, 28})};
+  g.outputs = {w::value_info("logits", 1, {-1, 10})};
+  g.initializers = {w::tensor("fc.weight", {10, 784}, std::vector<float>(7840, 0.01f)),
+                    w::tensor("fc.bias", {10}, std::vector<float>(10, 0.0f))};
+  g.nodes = {w::node("Flatten", "/Flatten", {"input"}, {"x"}),
+             w::node("Gemm", "/fc/Gemm", {"x", "fc.weight", "fc.bias"}, {"logits"}, {w::attr_int("transB", 1)})};
+  return w::model(g);
+}
+
+TEST(JobPlanning, OnnxModelsComeFromAConfigMapsBinaryData) {
+  const api::HybridTrainingJob j = job("greedy", {{"model", {{"zoo", nullptr}, {"configMap", {{"name", "m"}, {"key", "model.onnx"}}}}}});
+  const json cm = {{"metadata", {{"name", "m"}, {"namespace", "team"}}}, {"binaryData", {{"model.onnx", base64(tiny_onnx())}}}};
+  const ModelDesc m = job_model(j, {cm});
+  EXPECT_EQ(m.root.kind, LayerKind::GRAPH);
+  ASSERT_EQ(model_gemm_layers(m).size(), 1u);
+  EXPECT_EQ(model_gemm_layers(m)[0]->name, "fc");
+  const JobPlan plan = plan_job(j, {.nodes = gpu_nodes(), .config_maps = {cm}});
+  EXPECT_EQ(plan.ranks.size(), 2u);
+  try {  // the key in data instead of binaryData: missing, with the kubectl command
+    (void)job_model(j, {{{"metadata", {{"name", "m"}}}, {"data", {{"model.onnx", "text"}}}}});
+    FAIL();
+  } catch (const PlanningError& e) {
+    EXPECT_EQ(e.reason(), "ModelMissing");
+    EXPECT_NE(std::string(e.what()).find("--from-file"), std::string::npos) << e.what();
+  }
 }
 
 TEST(JobPlanning, TerminalErrors) {

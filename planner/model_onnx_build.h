@@ -1,0 +1,66 @@
+// File: planner/model_onnx_build.h
+// Internal to planner/model_onnx*.cpp: the state of turning ONNX nodes into graph layers (values
+// by name: an activation produced by a layer, or a constant), and the per-op mappers
+// (model_onnx_ops.cpp). Not part of the planner's API.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "planner/model_desc.h"
+#include "planner/onnx/onnx_graph.h"
+
+namespace qsync::onnx_build {
+
+struct Value {
+  bool constant = false;
+  int producer = -1;  // activation: -1 the model input, else the layer index
+  Shape shape;        // activation: per sample (batch excluded)
+  std::shared_ptr<const onnx::TensorData> data;  // constant
+  bool initializer = false;  // a graph initializer (trainable where a node trains it)
+  bool unusable = false;     // an output the engine does not produce (BatchNormalization's running stats)
+};
+
+struct Builder {
+  std::string source;
+  const onnx::Graph* graph = nullptr;
+  std::map<std::string, Value> values;
+  std::map<std::string, int> uses;  // how many node inputs read each value
+  std::vector<LayerDesc> layers;
+  std::set<std::string> names;
+  std::set<std::string> consumed;  // values fused into an earlier layer (a MatMul's bias Add)
+  int64_t vocab = 0;
+
+  [[noreturn]] void fail(const onnx::Node& n, const std::string& what) const;
+  const Value& value(const onnx::Node& n, size_t input) const;  // throws naming the node when absent
+  bool is_constant(const onnx::Node& n, size_t input) const;
+  const Value& activation(const onnx::Node& n, size_t input) const;  // throws when constant
+  const onnx::TensorData& constant(const onnx::Node& n, size_t input) const;
+  // Appends `l` (name, kind, shapes set) and binds the node's first output to it.
+  void add_layer(const onnx::Node& n, LayerDesc l);
+  std::string layer_name(const onnx::Node& n, bool gemm_like);
+};
+
+// Maps one node (op types of onnx_supported_ops()); false when the op is not one of them.
+bool map_node(Builder& b, const onnx::Node& n, size_t index);
+// The supported op types, sorted.
+const std::vector<std::string>& supported_ops();
+
+// Single-input ops of the engine's own kinds (relu, gelu, dropout, softmax, unary), model_onnx_ops.cpp.
+void map_simple(Builder& b, const onnx::Node& n, LayerKind kind);
+// Fusions (model_onnx_fusion.cpp). bias_add: the Add after MatMul node `index` adding a 1-D bias of
+// N values, when it is the MatMul output's only reader (its bias in *bias), else nullptr.
+const onnx::Node* bias_add(Builder& b, const onnx::Node& n, size_t index, int64_t N, const onnx::TensorData** bias);
+// The exact-erf GELU pattern starting at Div node `index`: maps it as one gelu layer; false when
+// the nodes after it are not that pattern.
+bool fuse_gelu(Builder& b, const onnx::Node& div, size_t index);
+
+GraphTensor graph_tensor(const onnx::TensorData& t);
+int64_t attr_int(const onnx::Node& n, const char* name, int64_t fallback);
+float attr_float(const onnx::Node& n, const char* name, float fallback);
+std::vector<int64_t> attr_ints(const onnx::Node& n, const char* name);
+
+}  // namespace qsync::onnx_build

@@ -1,0 +1,123 @@
+// File: worker/layers/batchnorm.cpp
+// Batch normalization forward (batch or running statistics) next to its backward (see batchnorm.h).
+#include "worker/layers/batchnorm.h"
+
+#include <cmath>
+#include <stdexcept>
+
+#include "worker/layers/graph_host.h"
+#include "worker/layers/parameter_init.h"
+#include "worker/layers/shape_check.h"
+
+namespace qsync {
+
+BatchNormLayer::BatchNormLayer(const LayerDesc& d, MemoryAccount* memory) : Layer(d) {
+  if (d.in_shape.empty()) throw std::invalid_argument("layer '" + d.name + "': batchnorm needs (C, ...) inputs");
+  desc_.out_shape = d.in_shape;
+  C_ = d.in_shape[0];
+  S_ = shape_numel(d.in_shape) / C_;
+  weight_ = parameter_allocate(d.name + ".weight", {C_}, false, memory);
+  bias_ = parameter_allocate(d.name + ".bias", {C_}, false, memory);
+  std::fill(weight_.value.f32(), weight_.value.f32() + C_, 1.0f);
+  running_mean_.assign(size_t(C_), 0.0f);
+  running_var_.assign(size_t(C_), 1.0f);
+  if (d.constants.size() == 2) {
+    if (int64_t(d.constants[0].values->size()) != C_ || int64_t(d.constants[1].values->size()) != C_)
+      throw std::invalid_argument("layer '" + d.name + "': running statistics must hold " + std::to_string(C_) + " values");
+    running_mean_ = *d.constants[0].values;
+    running_var_ = *d.constants[1].values;
+  }
+}
+
+void BatchNormLayer::collect_parameters(std::vector<Parameter*>& out) {
+  out.push_back(&weight_);
+  out.push_back(&bias_);
+}
+
+Tensor BatchNormLayer::forward(const Tensor& x_in, StepContext& ctx) {
+  const int64_t B = check_batched(x_in, desc_.in_shape, name(), "input");
+  const Tensor x = host_of(x_in);
+  const Tensor w = host_of(weight_.value), b = host_of(bias_.value);
+  Tensor y = host_empty(x.shape(), ctx, name() + ".out");  // (B, C, S)
+  const float* xp = x.f32();
+  float* yp = y.f32();
+  const float eps = float(desc_.eps), m = float(desc_.momentum);
+  const int64_t n = B * S_;
+  Tensor xhat, rstd;
+  if (ctx.training) {
+    xhat = host_empty(x.shape(), ctx, name() + ".xhat");
+    rstd = Tensor::empty({C_}, Precision::FP32, nullptr, name() + ".rstd");
+  }
+  for (int64_t c = 0; c < C_; ++c) {
+    double mean, var;
+    if (ctx.training) {
+      double s = 0, s2 = 0;
+      for (int64_t i = 0; i < B; ++i)
+        for (int64_t k = 0; k < S_; ++k) s += xp[(i * C_ + c) * S_ + k];
+      mean = s / double(n);
+      for (int64_t i = 0; i < B; ++i)
+        for (int64_t k = 0; k < S_; ++k) {
+          const double d = xp[(i * C_ + c) * S_ + k] - mean;
+          s2 += d * d;
+        }
+      var = s2 / double(n);
+      const double unbiased = n > 1 ? s2 / double(n - 1) : var;
+      running_mean_[size_t(c)] = float(running_mean_[size_t(c)] * m + mean * (1 - m));
+      running_var_[size_t(c)] = float(running_var_[size_t(c)] * m + unbiased * (1 - m));
+    } else {
+      mean = running_mean_[size_t(c)];
+      var = running_var_[size_t(c)];
+    }
+    const float r = float(1.0 / std::sqrt(var + eps));
+    if (ctx.training) rstd.f32()[c] = r;
+    const float g = w.f32()[c], beta = b.f32()[c], mu = float(mean);
+    for (int64_t i = 0; i < B; ++i)
+      for (int64_t k = 0; k < S_; ++k) {
+        const int64_t at = (i * C_ + c) * S_ + k;
+        const float h = (xp[at] - mu) * r;
+        if (ctx.training) xhat.f32()[at] = h;
+        yp[at] = h * g + beta;
+      }
+  }
+  xhat_ = xhat;
+  rstd_ = rstd;
+  return to_rank(y, ctx, name() + ".out");
+}
+
+// dx = rstd / n * (n * dxhat - sum(dxhat) - xhat * sum(dxhat * xhat)), dxhat = dy * weight.
+Tensor BatchNormLayer::backward(const Tensor& dy_in, StepContext& ctx) {
+  const int64_t B = check_batched(dy_in, desc_.out_shape, name(), "dy");
+  if (!xhat_.defined() || xhat_.dim(0) != B)
+    throw std::logic_error("layer '" + name() + "': backward without a matching training forward");
+  const Tensor dy = host_of(dy_in);
+  const Tensor w = host_of(weight_.value);
+  Tensor dx = host_empty(dy.shape(), ctx, name() + ".dx");
+  Tensor dw = Tensor::zeros({C_}, Precision::FP32, nullptr), db = Tensor::zeros({C_}, Precision::FP32, nullptr);
+  const float* g = dy.f32();
+  const float* h = xhat_.f32();
+  const double n = double(B * S_);
+  for (int64_t c = 0; c < C_; ++c) {
+    double sum_dy = 0, sum_dy_h = 0;
+    for (int64_t i = 0; i < B; ++i)
+      for (int64_t k = 0; k < S_; ++k) {
+        const int64_t at = (i * C_ + c) * S_ + k;
+        sum_dy += g[at];
+        sum_dy_h += double(g[at]) * h[at];
+      }
+    dw.f32()[c] = float(sum_dy_h);
+    db.f32()[c] = float(sum_dy);
+    const double scale = double(w.f32()[c]) * rstd_.f32()[c] / n;
+    for (int64_t i = 0; i < B; ++i)
+      for (int64_t k = 0; k < S_; ++k) {
+        const int64_t at = (i * C_ + c) * S_ + k;
+        dx.f32()[at] = float(scale * (n * g[at] - sum_dy - h[at] * sum_dy_h));
+      }
+  }
+  accumulate_grad(weight_, dw, ctx);
+  accumulate_grad(bias_, db, ctx);
+  xhat_ = Tensor();
+  rstd_ = Tensor();
+  return to_rank(dx, ctx, name() + ".dx");
+}
+
+}  // namespace qsync
