@@ -70,7 +70,7 @@ int local_rank_device() {
   return int(r);
 }
 
-std::string visible_devices_note() {
+[[maybe_unused]] std::string visible_devices_note() {  // used by CUDA builds only
   const char* v = std::getenv("CUDA_VISIBLE_DEVICES");
   return v == nullptr ? "CUDA_VISIBLE_DEVICES unset" : std::string("CUDA_VISIBLE_DEVICES=") + v;
 }

@@ -2,6 +2,7 @@
 // Whole-string number parsing for command-line flags.
 #include "planner/cli_args.h"
 
+#include <cmath>
 #include <stdexcept>
 
 namespace qsync {
@@ -26,7 +27,8 @@ double parse_double_flag(const std::string& flag, const std::string& v) {
   } catch (const std::exception&) {
     used = 0;
   }
-  if (v.empty() || used != v.size()) throw std::invalid_argument(flag + " expects a number, got '" + v + "'");
+  if (v.empty() || used != v.size() || !std::isfinite(x))
+    throw std::invalid_argument(flag + " expects a finite number, got '" + v + "'");
   return x;
 }
 

@@ -70,18 +70,21 @@ uint64_t hash_from_string(const std::string& s) {
 json parse_json(const std::string& text, const std::string& source_name) {
   try {
     return json::parse(text);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, and out_of_range for a number past double
     throw std::invalid_argument(source_name + " is not valid JSON (" + e.what() +
                                 "): re-create it with `qsync-worker profile` (or restore the file)");
   }
 }
 
 void check_version(const json& j, const char* kind, const std::string& source_name) {
-  const std::string k = j.value("kind", std::string());
+  // Read without get<>: a kind or version of another JSON type is a wrong file, not a type_error.
+  const json absent;
+  const json& kind_value = j.is_object() && j.contains("kind") ? j["kind"] : absent;
+  const std::string k = kind_value.is_string() ? kind_value.get<std::string>() : kind_value.dump();
   if (k != kind)
     throw std::invalid_argument(source_name + " is not a " + kind + " file (kind '" + k + "'): pass a file written by " +
                                 (std::string(kind) == PROFILE_KIND ? "`qsync-worker profile`" : "`qsync-bench-allreduce --comm-profile`"));
-  const int v = j.value("version", -1);
+  const int v = j.contains("version") && j["version"].is_number_integer() ? j["version"].get<int>() : -1;
   if (v != DEVICE_PROFILE_VERSION)
     throw std::invalid_argument(source_name + " has format version " + std::to_string(v) + ", this build reads version " +
                                 std::to_string(DEVICE_PROFILE_VERSION) + ": re-measure it with this build");

@@ -130,11 +130,11 @@ CalibrationStats calibration_stats_parse(const std::string& text, const std::str
   json j;
   try {
     j = json::parse(text);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, and out_of_range for a number past double
     fail(source, std::string("is not valid JSON (") + e.what() + ")");
   }
   if (!j.is_object()) fail(source, "is not a JSON object");
-  if (j.value("format", std::string()) != FORMAT) fail(source, std::string("is not a ") + FORMAT + " file");
+  if (!j.contains("format") || j["format"] != FORMAT) fail(source, std::string("is not a ") + FORMAT + " file");
   const int64_t version = int_field(j, "version", source, "");
   if (version != VERSION)
     fail(source, "has version " + std::to_string(version) + " but this build reads version " + std::to_string(VERSION));

@@ -7,6 +7,8 @@
 #include <yaml-cpp/yaml.h>
 
 #include <filesystem>
+#include <algorithm>
+#include <cmath>
 #include <regex>
 #include <set>
 #include <stdexcept>
@@ -198,7 +200,9 @@ int64_t parse_memory_quantity(const std::string& s, const std::string& what) {
       } catch (const std::exception&) {
         used = 0;
       }
-      if (used != number.size() || v < 0) break;
+      if (used != number.size() || !(v >= 0)) break;
+      if (!(v * double(mult) < 9.2e18))  // int64 bytes (and no inf or nan)
+        throw std::invalid_argument(what + ": '" + s + "' is too large a memory quantity (at most about 8Ei bytes)");
       return int64_t(v * double(mult));
     }
   }
@@ -233,7 +237,7 @@ double parse_duration_seconds(const std::string& s, const std::string& what) {
   } catch (const std::exception&) {
     used = 0;
   }
-  if (number.empty() || used != number.size() || !(v > 0))
+  if (number.empty() || used != number.size() || !(v > 0) || !std::isfinite(v * unit))
     throw std::invalid_argument(what + ": '" + s + "' is not a positive duration (use e.g. 250ms, 1.5s or seconds)");
   return v * unit;
 }
@@ -387,7 +391,41 @@ std::string JobFile::model_reference() const {
   return spec.model.zoo.empty() ? resolve(spec.model.name_or_file()) : spec.model.zoo;
 }
 
+namespace {
+
+// The offset of the first byte that does not belong to well-formed UTF-8 (npos: none).
+size_t first_invalid_utf8(const std::string& text) {
+  const auto* p = reinterpret_cast<const unsigned char*>(text.data());
+  const size_t n = text.size();
+  for (size_t i = 0; i < n;) {
+    const unsigned c = p[i];
+    size_t len = 0;
+    unsigned lo = 0x80, hi = 0xBF;  // the allowed range of the second byte
+    if (c < 0x80) len = 1;
+    else if (c >= 0xC2 && c <= 0xDF) len = 2;
+    else if (c >= 0xE0 && c <= 0xEF) len = 3, lo = c == 0xE0 ? 0xA0 : 0x80, hi = c == 0xED ? 0x9F : 0xBF;
+    else if (c >= 0xF0 && c <= 0xF4) len = 4, lo = c == 0xF0 ? 0x90 : 0x80, hi = c == 0xF4 ? 0x8F : 0xBF;
+    else return i;
+    if (i + len > n) return i;
+    for (size_t k = 1; k < len; ++k) {
+      const unsigned b = p[i + k];
+      if (k == 1 ? (b < lo || b > hi) : (b < 0x80 || b > 0xBF)) return i;
+    }
+    i += len;
+  }
+  return std::string::npos;
+}
+
+}  // namespace
+
 json job_yaml_to_json(const std::string& text) {
+  // yaml-cpp passes any bytes through; JSON strings must be UTF-8 (nlohmann's dump of an error
+  // message quoting such a value would throw instead of naming the field).
+  if (const size_t bad = first_invalid_utf8(text); bad != std::string::npos) {
+    const size_t line = size_t(std::count(text.begin(), text.begin() + std::ptrdiff_t(bad), '\n')) + 1;
+    throw std::invalid_argument("not valid UTF-8 at line " + std::to_string(line) + " (byte " + std::to_string(bad) +
+                                "): save the file as UTF-8");
+  }
   YAML::Node root;
   try {
     root = YAML::Load(text);

@@ -337,7 +337,7 @@ SpdPlan spd_plan_read(const std::string& path) {
   json j;
   try {
     j = json::parse(text);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, and out_of_range for a number past double
     throw std::invalid_argument(path + " is not valid JSON (" + e.what() +
                                 "); re-create the plan with `qsync-worker spd-plan`");
   }

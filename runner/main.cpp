@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "planner/cli_args.h"
 #include "runner/local_runner.h"
 #include "runner/run_progress.h"
 #include "runner/strategy_comparison.h"
@@ -47,15 +48,24 @@ int run_main(int argc, char** argv) {
       return argv[++i];
     };
     if (a == "--work-dir") o.work_dir = value();
-    else if (a == "--master-port") o.master_port = std::stoi(value());
+    else if (a == "--master-port") {
+      const int64_t port = qsync::parse_int_flag(a, value());
+      if (port < 0 || port > 65535) throw std::invalid_argument("--master-port takes a TCP port (0-65535; 0: a free one)");
+      o.master_port = int(port);
+    }
     else if (a == "--summary-json") o.summary_json = value();
-    else if (a == "--collective-timeout") o.collective_timeout_seconds = std::stod(value());
+    else if (a == "--collective-timeout") {
+      o.collective_timeout_seconds = qsync::parse_double_flag(a, value());
+      if (!(o.collective_timeout_seconds > 0) || o.collective_timeout_seconds > 1e6)
+        throw std::invalid_argument("--collective-timeout takes a positive number of seconds");
+    }
     else if (a == "--allocator") o.allocator = value();
     else if (a == "--profiles") o.profiles_dir = value();
     else if (a == "--plans") o.plans_dir = value();
     else if (a == "--metrics-base-port") {
-      o.metrics_base_port = std::stoi(value());
-      if (o.metrics_base_port < 1 || o.metrics_base_port > 65535)
+      const int64_t port = qsync::parse_int_flag(a, value());
+      o.metrics_base_port = int(std::clamp<int64_t>(port, 0, 65536));
+      if (port < 1 || port > 65535)
         throw std::invalid_argument("--metrics-base-port takes a TCP port (1-65535); rank r then serves port P+r");
     }
     else if (a == "--compare") {
@@ -66,15 +76,16 @@ int run_main(int argc, char** argv) {
         pos = comma + 1;
       }
     } else if (a == "--compare-steps") {
-      compare_steps = std::stoll(value());
+      compare_steps = qsync::parse_int_flag(a, value());
       if (compare_steps < 1) throw std::invalid_argument("--compare-steps takes a positive number of steps");
     }
     else if (a == "--resume") o.resume = true;
     else if (a == "--quiet") o.quiet = true;
     else if (a == "--no-pin") o.pin_cpus = false;
     else if (a == "--profile-rounds") {
-      o.profile_rounds = std::stoi(value());
-      if (o.profile_rounds < 1) throw std::invalid_argument("--profile-rounds takes a positive number of rounds");
+      const int64_t rounds = qsync::parse_int_flag(a, value());
+      o.profile_rounds = int(std::clamp<int64_t>(rounds, 0, 1000000));
+      if (rounds < 1) throw std::invalid_argument("--profile-rounds takes a positive number of rounds");
     }
     else if (!a.empty() && a[0] == '-') throw std::invalid_argument("unknown argument '" + a + "'\n" + USAGE);
     else if (o.job_path.empty()) o.job_path = a;

@@ -9,6 +9,9 @@ packages=(
   libyaml-cpp-dev libgloo-dev prometheus-cpp-dev libcpprest-dev
   dataset-fashion-mnist prometheus
   fortunes  # English text corpus for the char-GPT: quotation files under /usr/share/games/fortunes/
+  # clang with libFuzzer and the sanitizer runtimes (scripts/fuzz.sh, scripts/sanitize.sh, CI's
+  # fuzz step); llvm for llvm-symbolizer (readable sanitizer stacks); libomp-dev: OpenMP for clang.
+  clang libclang-rt-dev libomp-dev llvm
 )
 # kubectl drives the Kubernetes API test server's conformance test; Debian ships it as kubernetes-client.
 command -v kubectl >/dev/null 2>&1 || packages+=(kubernetes-client)

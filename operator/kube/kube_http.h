@@ -6,6 +6,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -30,6 +31,12 @@ web::http::http_request make_http_request(const std::string& method, const std::
 // The KubeError for a request that got no HTTP answer (code 0, reason "Transport").
 KubeError transport_error(const std::string& cause, const KubeConfig& config, const std::string& verb,
                           const std::string& path);
+
+// One line of a watch stream: nullopt for a blank line, else the event. A line that is not a
+// JSON event object throws KubeError (reason "Transport", the line quoted); an ERROR event throws
+// the API's error (its Status code, 500 when it has none).
+std::optional<WatchEvent> watch_event_from_line(const std::string& line, const KubeConfig& config,
+                                                const std::string& path);
 
 // "?a=1&b=x%3Dy": names are fixed, values are percent-encoded; empty values are left out.
 class QueryString {

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
+#include <optional>
 
 #include <cpprest/producerconsumerstream.h>
 
@@ -93,6 +94,21 @@ std::string resource_version_of(const json& object) {
 
 }  // namespace
 
+std::optional<WatchEvent> watch_event_from_line(const std::string& line, const KubeConfig& config,
+                                                const std::string& path) {
+  if (line.find_first_not_of(" \t\r") == std::string::npos) return std::nullopt;
+  json event = json::parse(line, nullptr, /*allow_exceptions=*/false);
+  if (!event.is_object() || !event.contains("type") || !event["type"].is_string()) {
+    throw transport_error("malformed watch event: " + line.substr(0, 200), config, "watch", path);
+  }
+  WatchEvent parsed{event["type"].get<std::string>(), event.contains("object") ? event["object"] : json::object()};
+  if (parsed.type == "ERROR") {
+    int status_code = parsed.object.value("code", 500);
+    throw kube_error_from_response(status_code, parsed.object.dump(), "watch", path);
+  }
+  return parsed;
+}
+
 std::string KubeClient::watch(const ResourceType& type, const std::string& ns, const WatchOptions& options,
                               const std::function<bool(const WatchEvent&)>& on_event, const std::atomic<bool>* stop) {
   std::string last_version = options.resource_version;
@@ -158,19 +174,11 @@ std::string KubeClient::watch(const ResourceType& type, const std::string& ns, c
 
   // Handles one complete line: returns false when the watch should end.
   auto handle_line = [&](const std::string& line) -> bool {
-    if (line.find_first_not_of(" \t\r") == std::string::npos) return true;
-    json event = json::parse(line, nullptr, /*allow_exceptions=*/false);
-    if (!event.is_object() || !event.contains("type") || !event["type"].is_string()) {
-      throw transport_error("malformed watch event: " + line.substr(0, 200), config_, "watch", path);
-    }
-    WatchEvent parsed{event["type"].get<std::string>(), event.contains("object") ? event["object"] : json::object()};
-    if (parsed.type == "ERROR") {
-      int status_code = parsed.object.value("code", 500);
-      throw kube_error_from_response(status_code, parsed.object.dump(), "watch", path);
-    }
-    std::string version = resource_version_of(parsed.object);
+    const std::optional<WatchEvent> parsed = watch_event_from_line(line, config_, path);
+    if (!parsed) return true;
+    std::string version = resource_version_of(parsed->object);
     if (!version.empty()) last_version = version;
-    return on_event(parsed);
+    return on_event(*parsed);
   };
 
   while (true) {

@@ -24,6 +24,7 @@
 #include "planner/model_desc.h"
 #include "planner/plan_file.h"
 #include "tests/e2e/process.h"
+#include "tests/e2e/runner_run.h"
 
 #ifndef QSYNC_RUNNER_BIN
 #error "QSYNC_RUNNER_BIN must name the qsync binary"
@@ -36,78 +37,7 @@ using namespace std::chrono_literals;
 namespace fs = std::filesystem;
 using test::Process;
 using test::TempDir;
-
-// A job file: the zoo MLP on two local one-thread workers, global batch 32, 50 evaluation
-// samples, a checkpoint every 5 steps; `model` is the spec.model line ("" leaves it out).
-std::string job_yaml(int64_t steps, const std::string& class0 = "cpu-avx512", const std::string& class1 = "cpu-avx2",
-                     const std::string& model = "  model: {zoo: mlp}\n", const std::string& allocator = "uniform") {
-  return "apiVersion: qsync.dev/v1alpha1\n"
-         "kind: HybridTrainingJob\n"
-         "metadata: {name: e2e-runner}\n"
-         "spec:\n" +
-         model +
-         "  optimizer: {name: adamw, lr: 0.001}\n"
-         "  steps: " +
-         std::to_string(steps) +
-         "\n"
-         "  globalBatch: 32\n"
-         "  seed: 1\n"
-         "  evalLimit: 50\n"
-         "  checkpoint: {dir: checkpoints, intervalSteps: 5}\n"
-         "  planning: {allocator: " +
-         allocator +
-         ", precision: fp32}\n"
-         "  pool:\n"
-         "    local:\n"
-         "      - {deviceClass: " +
-         class0 +
-         ", threads: 1}\n"
-         "      - {deviceClass: " +
-         class1 + ", threads: 1}\n";
-}
-
-struct RunnerRun {
-  int code = -1;  // -1: still running after the limit (then killed)
-  std::string out, err;
-  nlohmann::json summary;
-};
-
-Process start_runner(const TempDir& dir, const std::string& job, const std::vector<std::string>& extra,
-                     const std::string& tag) {
-  test::SpawnOptions o;
-  o.args = {QSYNC_RUNNER_BIN, "run", job, "--work-dir", dir.file("work"), "--summary-json", dir.file(tag + ".json"),
-            "--collective-timeout", "20", "--profile-rounds", "1"};  // one round: quicker profiles
-  o.args.insert(o.args.end(), extra.begin(), extra.end());
-  o.stdout_path = dir.file(tag + ".out");
-  o.stderr_path = dir.file(tag + ".err");
-  return Process(o);
-}
-
-RunnerRun finish_runner(Process& p, const TempDir& dir, const std::string& tag, std::chrono::milliseconds limit = 60s) {
-  RunnerRun r;
-  r.code = p.wait_for(limit).value_or(-1);
-  r.out = p.out();
-  r.err = p.err();
-  const nlohmann::json s = nlohmann::json::parse(test::read_text(dir.file(tag + ".json")), nullptr, false);
-  if (!s.is_discarded()) r.summary = s;
-  return r;
-}
-
-RunnerRun run_runner(const TempDir& dir, const std::string& job, const std::vector<std::string>& extra = {},
-               const std::string& tag = "run") {
-  Process p = start_runner(dir, job, extra, tag);
-  return finish_runner(p, dir, tag);
-}
-
-std::string class_here(const std::string& requested) {
-  return device_class_fallback(device_class_by_name(requested)).name;
-}
-
-nlohmann::json rank_summary(const TempDir& dir, int rank) {
-  const std::string path = dir.file("work/summaries/rank-" + std::to_string(rank) + ".json");
-  const nlohmann::json s = nlohmann::json::parse(test::read_text(path), nullptr, false);
-  return s.is_discarded() ? nlohmann::json::object() : s;
-}
+using namespace runner_e2e;
 
 TEST(Runner, RunsAJobWithSummaryPlansAndCheckpoint) {
   TempDir dir;
@@ -194,6 +124,30 @@ TEST(Runner, RefusesAGpuClassThisMachineLacks) {
 
 TEST(Runner, RefusesAJobWithoutAModelNamingTheField) {
   expect_refused(job_yaml(20, "cpu-avx512", "cpu-avx2", ""), {"spec.model is missing"});
+}
+
+// Bad numbers on the command line (found by tests/fuzz's number readers' rule: std::stoi's bare
+// "stoi" names nothing): each is refused naming the flag and the value, before any worker starts.
+TEST(Runner, RefusesBadNumberFlagsNamingTheFlag) {
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"--master-port", "abc"}, "--master-port expects an integer, got 'abc'"},
+      {{"--master-port", "99999999999999999999"}, "--master-port expects an integer, got '99999999999999999999'"},
+      {{"--master-port", "70000"}, "--master-port takes a TCP port"},
+      {{"--collective-timeout", "soon"}, "--collective-timeout expects a finite number, got 'soon'"},
+      {{"--collective-timeout", "nan"}, "--collective-timeout expects a finite number, got 'nan'"},
+      {{"--collective-timeout", "-1"}, "--collective-timeout takes a positive number of seconds"},
+      {{"--metrics-base-port", "4294967297"}, "--metrics-base-port takes a TCP port"},
+      {{"--compare-steps", "1e9x"}, "--compare-steps expects an integer, got '1e9x'"},
+      {{"--profile-rounds", ""}, "--profile-rounds expects an integer, got ''"},
+  };
+  for (const auto& [flags, needle] : cases) {
+    SCOPED_TRACE(flags[0] + " " + flags[1]);
+    TempDir dir;
+    const RunnerRun r = run_runner(dir, dir.write("job.yaml", job_yaml(20)), flags);
+    EXPECT_EQ(r.code, 1) << r.out << r.err;
+    EXPECT_NE(r.err.find(needle), std::string::npos) << r.err;
+    EXPECT_FALSE(fs::exists(dir.file("work/plans/rank-0.yaml"))) << "a worker was started";
+  }
 }
 
 // Ctrl-C: 60 steps (about 3 s here) leave time to interrupt the job after its first checkpoint

@@ -107,6 +107,21 @@ TEST(DeviceProfile, RefusesAnotherVersionOrAMalformedFile) {
   expect_error<std::runtime_error>([&] { device_profile_load(dir.file("missing.json")); }, {"missing.json"});
 }
 
+// Found by tests/fuzz (device_profile): a number past double's range is JSON nlohmann refuses
+// with out_of_range, not parse_error; it escaped as "[json.exception.out_of_range.406]".
+TEST(DeviceProfile, RefusesANumberPastDoublesRangeAsMalformed) {
+  ScratchDir dir;
+  const std::string text = "{\"kind\": \"qsync-device-profile\", \"version\": 1, \"batch\": 1.4e884}";
+  expect_error<std::invalid_argument>([&] { device_profile_from_json(text, "huge.profile.json"); },
+                                      {"huge.profile.json", "not valid JSON", "number overflow"});
+  // Not an object, or kind and version of other types: a wrong file, not nlohmann's type_error.
+  for (const std::string& bad : {std::string("[1, 2]"), std::string("7"), std::string("{\"kind\": [1]}"),
+                                 std::string("{\"kind\": \"qsync-device-profile\", \"version\": \"1\"}")})
+    expect_error<std::invalid_argument>([&] { device_profile_from_json(bad, "odd.profile.json"); }, {"odd.profile.json"});
+  atomic_file_write(dir.file("comm.json"), "{\"kind\": \"qsync-comm-profile\", \"alpha\": -3e999}");
+  expect_error<std::invalid_argument>([&] { comm_profile_load(dir.file("comm.json")); }, {"comm.json", "not valid JSON"});
+}
+
 TEST(DeviceProfile, CheckRefusesAnotherModelOrBatchNamingBoth) {
   const ModelDesc m = mlp(), cnn = model_desc_find("cnn");
   const DeviceProfile p = sample_profile(m, "cpu-avx2", 64);

@@ -288,6 +288,10 @@ TEST(CalibrationStats, BadFilesNameTheProblemAndTheFix) {
   expect_error<std::runtime_error>([&] { calibration_stats_load(path); }, {path, "not valid JSON", fix});
   write_text(path, "[1, 2]");
   expect_error<std::runtime_error>([&] { calibration_stats_load(path); }, {"not a JSON object", fix});
+  write_text(path, R"({"format": ["qsync-calibration"]})");  // found by tests/fuzz: a type_error escaped
+  expect_error<std::runtime_error>([&] { calibration_stats_load(path); }, {"not a qsync-calibration file", fix});
+  write_text(path, R"({"format": "qsync-calibration", "steps": 1e999})");  // past double: nlohmann's out_of_range
+  expect_error<std::runtime_error>([&] { calibration_stats_load(path); }, {path, "not valid JSON", fix});
   write_text(path, R"({"format": "qsync-plan", "version": 1})");
   expect_error<std::runtime_error>([&] { calibration_stats_load(path); }, {"not a qsync-calibration file", fix});
 

@@ -43,6 +43,17 @@ TEST(JobYaml, PlainScalarsFollowTheCoreSchemaAndQuotedOnesStayStrings) {
   EXPECT_EQ(j["l"], "1.5s");
 }
 
+// Found by tests/fuzz (job_file): yaml-cpp passes invalid UTF-8 through, and quoting such a value
+// in an error message made nlohmann throw type_error 316 instead.
+TEST(JobYaml, InvalidUtf8IsRefusedNamingTheLine) {
+  const std::string text = "apiVersion: qsync.dev/v1alpha1\nkind: HybridTrainingJob\nmetadata: {name: \"a\xff\"}\n";
+  expect_error<std::invalid_argument>([&] { job_file_parse(text, "bad.yaml"); }, {"bad.yaml", "not valid UTF-8", "line 3"});
+  for (const std::string& bad : {std::string("a: \xc3"), std::string("a: \xe0\x80\x80"), std::string("a: \xed\xa0\x80"),
+                                 std::string("a: \xf4\x90\x80\x80"), std::string("a: \xc0\xaf")})
+    expect_error<std::invalid_argument>([&] { job_yaml_to_json(bad); }, {"not valid UTF-8", "line 1"});
+  EXPECT_EQ(job_yaml_to_json("a: \"h\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80\"")["a"], "h\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80");
+}
+
 TEST(JobYaml, MalformedYamlNamesTheLine) {
   expect_error<std::invalid_argument>([] { (void)job_file_parse("spec:\n  model: {zoo: mlp\n", "job.yaml"); },
                                       {"job.yaml", "malformed YAML at line"});
@@ -129,6 +140,26 @@ TEST(JobFile, AMemoryBudgetBelowTheModelsNeedIsFoundWithoutAProfile) {
       job_text("", "    local:\n      - {deviceClass: cpu-avx2, memoryBudget: 4Gi}\n      - {deviceClass: cpu-avx2}\n"),
       "job.yaml");
   EXPECT_TRUE(local_memory_budget_problems(roomy, model_desc_find("mlp")).empty());
+}
+
+// Found by tests/fuzz (cli_number): "5...5Gi" past int64 was cast from double (undefined
+// behaviour); "inf" and "1e308m" gave infinite durations. Each is refused naming the field.
+TEST(JobNumbers, OutOfRangeQuantitiesAndDurationsAreRefusedNamingTheField) {
+  EXPECT_EQ(parse_memory_quantity("2Gi", "spec.memory"), int64_t(2) << 30);
+  EXPECT_EQ(parse_memory_quantity("1000000", "spec.memory"), 1000000);
+  const std::string huge = "5555555555555555555555555555555555555555555555555555555555555555555555555555555555555555552Gi";
+  expect_error<std::invalid_argument>([&] { parse_memory_quantity(huge, "spec.memory"); }, {"spec.memory", "too large"});
+  expect_error<std::invalid_argument>([] { parse_memory_quantity("9000000Ti", "spec.memory"); }, {"spec.memory", "too large"});
+  expect_error<std::invalid_argument>([] { parse_memory_quantity("infGi", "spec.memory"); }, {"spec.memory", "too large"});
+  expect_error<std::invalid_argument>([] { parse_memory_quantity("nanMi", "spec.memory"); }, {"spec.memory", "not a memory quantity"});
+  expect_error<std::invalid_argument>([] { parse_memory_quantity("999999999999999999999999999999", "spec.memory"); },
+                                      {"spec.memory", "not a memory quantity"});
+  EXPECT_DOUBLE_EQ(parse_duration_seconds("250ms", "spec.timeout"), 0.25);
+  for (const char* bad : {"inf", "infs", "1e308m", "nan", "-1s"})
+    expect_error<std::invalid_argument>([&] { parse_duration_seconds(bad, "spec.timeout"); }, {"spec.timeout", bad});
+  expect_error<std::invalid_argument>([] { parse_double_flag("--lr", "nan"); }, {"--lr", "finite", "'nan'"});
+  expect_error<std::invalid_argument>([] { parse_double_flag("--lr", "-inf"); }, {"--lr", "finite"});
+  expect_error<std::invalid_argument>([] { parse_int_flag("--steps", "99999999999999999999"); }, {"--steps", "integer"});
 }
 
 TEST(NumberText, IsTheShortestRoundTrip) {

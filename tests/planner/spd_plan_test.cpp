@@ -139,6 +139,9 @@ TEST(SpdPlan, RefusesBadFilesNamingTheField) {
                                       {dir.file("missing.json"), "spd-plan"});
   atomic_file_write(dir.file("broken.json"), "{\"format\": ");
   expect_error<std::invalid_argument>([&] { spd_plan_read(dir.file("broken.json")); }, {"not valid JSON"});
+  // A number past double's range (nlohmann's out_of_range, once escaping unexplained).
+  atomic_file_write(dir.file("huge.json"), "{\"format\": \"qsync-spd-plan\", \"tau1\": 1e999}");
+  expect_error<std::invalid_argument>([&] { spd_plan_read(dir.file("huge.json")); }, {"huge.json", "not valid JSON"});
 
   expect_refused([](json& j) { j["format"] = "qsync-device-profile"; }, {"'format'", "qsync-spd-plan"});
   expect_refused([](json& j) { j["version"] = 7; }, {"'version'", "7"});

@@ -233,7 +233,11 @@ bool KeyValueServer::Impl::handle(int fd, uint8_t op) {
                                     "use another key for add()");
         break;
       }
-      value += delta;
+      if (__builtin_add_overflow(value, delta, &value)) {  // signed overflow: undefined behaviour
+        lock.unlock();
+        out.u8(kv::kBadRequest).str("counter '" + key + "' would leave the 64-bit range: use another key for add()");
+        break;
+      }
       const std::string text = std::to_string(value);
       stored.assign(text.begin(), text.end());
       lock.unlock();

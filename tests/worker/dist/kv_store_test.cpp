@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <limits>
 #include <thread>
 
 #include "tests/worker/dist/dist_test_support.h"
@@ -109,6 +110,16 @@ TEST(KeyValueStore, AddIsAtomicAcrossClients) {
               std::string::npos) << e.what();
   }
   EXPECT_EQ(c.add("fresh", 3), 3);  // the connection still works after the refusal
+  // Found with tests/fuzz (kv_store): a counter past int64 was signed overflow on the server.
+  EXPECT_EQ(c.add("big", std::numeric_limits<int64_t>::max()), std::numeric_limits<int64_t>::max());
+  try {
+    c.add("big", 1);
+    ADD_FAILURE() << "an overflowing add() was accepted";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("'big' would leave the 64-bit range"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(c.add("big", 0), std::numeric_limits<int64_t>::max()) << "the refused add changed the counter";
+  EXPECT_EQ(c.add("big", std::numeric_limits<int64_t>::min()), -1);
 }
 
 TEST(KeyValueStore, GetTimeoutNamesTheKey) {
