@@ -149,14 +149,25 @@ const Route& route_cached(const GemmSignature& s) {
   return cache.emplace(key, std::move(r)).first->second;
 }
 
+// This thread's buffer of one role, grown to the largest request and reused: the per-call
+// operand copies touch no fresh pages (and zero nothing) in the steady state.
+enum BufferRole { A_FP32, B_FP32, A_PACKED, B_PACKED, C_SCRATCH, SCALES, BUFFER_ROLES };
+template <class T>
+T* thread_buffer(BufferRole role, size_t count) {
+  thread_local std::vector<uint8_t> buffers[BUFFER_ROLES];
+  std::vector<uint8_t>& b = buffers[role];
+  const size_t bytes = count * sizeof(T) + 64;
+  if (b.size() < bytes) b.resize(bytes);
+  const uintptr_t p = reinterpret_cast<uintptr_t>(b.data());
+  return reinterpret_cast<T*>((p + 63) / 64 * 64);  // 64-byte aligned
+}
+
 // Copies a stored matrix into the other layout: (rows, cols) with stride ld -> (cols, rows) packed.
-std::vector<uint8_t> transpose_bytes(const void* src, int64_t rows, int64_t cols, int64_t ld, int elem) {
-  std::vector<uint8_t> out(size_t(rows * cols * elem));
+void transpose_bytes(const void* src, int64_t rows, int64_t cols, int64_t ld, int elem, uint8_t* out) {
   const auto* s = static_cast<const uint8_t*>(src);
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t c = 0; c < cols; ++c)
       std::memcpy(&out[size_t((c * rows + r) * elem)], s + (r * ld + c) * elem, size_t(elem));
-  return out;
 }
 
 // How INT8 A reaches oneDNN on CPUs without VNNI (see GemmBackendOnednn::gemm).
@@ -179,13 +190,16 @@ Int8Input int8_input_for_saturating_isa(const GemmOperand& a, int64_t rows, int6
 }
 
 // s8 (rows, cols) with stride ld -> packed u8 = s8 + 64, transposed when `transpose`.
-std::vector<uint8_t> shifted_to_u8(const void* src, int64_t rows, int64_t cols, int64_t ld, bool transpose) {
-  std::vector<uint8_t> out(size_t(rows * cols));
+void shifted_to_u8(const void* src, int64_t rows, int64_t cols, int64_t ld, bool transpose, uint8_t* out) {
   const auto* s = static_cast<const int8_t*>(src);
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < cols; ++c)
-      out[size_t(transpose ? c * rows + r : r * cols + c)] = uint8_t(int(s[r * ld + c]) + U8_SHIFT);
-  return out;
+  for (int64_t r = 0; r < rows; ++r) {
+    const int8_t* row = s + r * ld;
+    if (transpose) {
+      for (int64_t c = 0; c < cols; ++c) out[size_t(c * rows + r)] = uint8_t(int(row[c]) + U8_SHIFT);
+    } else {
+      for (int64_t c = 0; c < cols; ++c) out[size_t(r * cols + c)] = uint8_t(int(row[c]) + U8_SHIFT);  // vectorized
+    }
+  }
 }
 
 class GemmBackendOnednn final : public GemmBackend {
@@ -218,18 +232,16 @@ class GemmBackendOnednn final : public GemmBackend {
     const void* a_ptr = d.a.data;
     const void* b_ptr = d.b.data;
     int64_t lda = d.a.ld, ldb = d.b.ld;
-    std::vector<float> a_fp32, b_fp32;
-    std::vector<uint8_t> a_packed, b_packed;
     const int64_t a_rows = ta ? d.k : d.m, a_cols = ta ? d.m : d.k;  // stored shape
     const int64_t b_rows = tb ? d.n : d.k, b_cols = tb ? d.k : d.n;
     bool route_ta = r.ta, route_tb = r.tb;
     if (emulated) {
-      a_fp32.resize(size_t(a_rows * a_cols));
-      b_fp32.resize(size_t(b_rows * b_cols));
-      gemm_operand_to_fp32(d.a, a_rows, a_cols, a_fp32.data());
-      gemm_operand_to_fp32(d.b, b_rows, b_cols, b_fp32.data());
-      a_ptr = a_fp32.data();
-      b_ptr = b_fp32.data();
+      float* a_fp32 = thread_buffer<float>(A_FP32, size_t(a_rows * a_cols));
+      float* b_fp32 = thread_buffer<float>(B_FP32, size_t(b_rows * b_cols));
+      gemm_operand_to_fp32(d.a, a_rows, a_cols, a_fp32);
+      gemm_operand_to_fp32(d.b, b_rows, b_cols, b_fp32);
+      a_ptr = a_fp32;
+      b_ptr = b_fp32;
       lda = a_cols;
       ldb = b_cols;
       route_ta = ta;
@@ -237,17 +249,20 @@ class GemmBackendOnednn final : public GemmBackend {
     } else {
       const int a_elem = precision_bytes(d.a.precision), b_elem = precision_bytes(d.b.precision);
       if (int8_input == Int8Input::SHIFT_TO_U8) {
-        a_packed = shifted_to_u8(d.a.data, a_rows, a_cols, d.a.ld, r.ta != ta);
-        a_ptr = a_packed.data();
+        uint8_t* a_packed = thread_buffer<uint8_t>(A_PACKED, size_t(a_rows * a_cols));
+        shifted_to_u8(d.a.data, a_rows, a_cols, d.a.ld, r.ta != ta, a_packed);
+        a_ptr = a_packed;
         lda = r.ta != ta ? a_rows : a_cols;
       } else if (r.ta != ta) {
-        a_packed = transpose_bytes(d.a.data, a_rows, a_cols, d.a.ld, a_elem);
-        a_ptr = a_packed.data();
+        uint8_t* a_packed = thread_buffer<uint8_t>(A_PACKED, size_t(a_rows * a_cols * a_elem));
+        transpose_bytes(d.a.data, a_rows, a_cols, d.a.ld, a_elem, a_packed);
+        a_ptr = a_packed;
         lda = a_rows;
       }
       if (r.tb != tb) {
-        b_packed = transpose_bytes(d.b.data, b_rows, b_cols, d.b.ld, b_elem);
-        b_ptr = b_packed.data();
+        uint8_t* b_packed = thread_buffer<uint8_t>(B_PACKED, size_t(b_rows * b_cols * b_elem));
+        transpose_bytes(d.b.data, b_rows, b_cols, d.b.ld, b_elem, b_packed);
+        b_ptr = b_packed;
         ldb = b_rows;
       }
     }
@@ -257,24 +272,28 @@ class GemmBackendOnednn final : public GemmBackend {
     // Output scales: sa * sb(j). Per-row A scales are applied after the GEMM.
     const bool a_per_row = d.a.scale_mode == ScaleMode::PER_CHANNEL;
     const float sa = d.a.scale_mode == ScaleMode::PER_TENSOR ? d.a.scales[0] : 1.0f;
-    std::vector<float> scales;
+    float* scales = nullptr;
+    int64_t scale_count = 0;
     int mask = -1;
     if (d.b.scale_mode == ScaleMode::PER_CHANNEL) {
       mask = 2;
-      scales.resize(size_t(d.n));
-      for (int64_t j = 0; j < d.n; ++j) scales[size_t(j)] = sa * d.b.scales[j];
+      scale_count = d.n;
+      scales = thread_buffer<float>(SCALES, size_t(d.n));
+      for (int64_t j = 0; j < d.n; ++j) scales[j] = sa * d.b.scales[j];
     } else if (d.a.scale_mode != ScaleMode::NONE || d.b.scale_mode != ScaleMode::NONE) {
       mask = 0;
-      scales = {sa * (d.b.scale_mode == ScaleMode::PER_TENSOR ? d.b.scales[0] : 1.0f)};
+      scale_count = 1;
+      scales = thread_buffer<float>(SCALES, 1);
+      scales[0] = sa * (d.b.scale_mode == ScaleMode::PER_TENSOR ? d.b.scales[0] : 1.0f);
     }
     // With per-row A scales, beta must be applied after them: compute into a scratch C.
-    std::vector<float> c_scratch;
+    float* c_scratch = nullptr;
     float* c_ptr = d.c;
     int64_t ldc = d.ldc;
     float beta = d.beta;
     if (a_per_row) {
-      c_scratch.resize(size_t(d.m * d.n));
-      c_ptr = c_scratch.data();
+      c_scratch = thread_buffer<float>(C_SCRATCH, size_t(d.m * d.n));
+      c_ptr = c_scratch;
       ldc = d.n;
       beta = 0.0f;
     }
@@ -293,8 +312,8 @@ class GemmBackendOnednn final : public GemmBackend {
         {DNNL_ARG_DST, memory(mm.pd.dst_desc(), eng, c_ptr)},
     };
     if (mask >= 0) {
-      const memory::desc sd({int64_t(scales.size())}, dt::f32, memory::dims{1});
-      args.emplace(DNNL_ARG_ATTR_OUTPUT_SCALES, memory(sd, eng, scales.data()));
+      const memory::desc sd({scale_count}, dt::f32, memory::dims{1});
+      args.emplace(DNNL_ARG_ATTR_OUTPUT_SCALES, memory(sd, eng, scales));
     }
     int32_t src_zero_point = U8_SHIFT;
     if (zero_point) {
@@ -313,7 +332,7 @@ class GemmBackendOnednn final : public GemmBackend {
       for (int64_t i = 0; i < d.m; ++i) {
         const float s_i = d.a.scales[i];
         float* out = d.c + i * d.ldc;
-        const float* tmp = c_scratch.data() + i * d.n;
+        const float* tmp = c_scratch + i * d.n;
         for (int64_t j = 0; j < d.n; ++j)
           out[j] = s_i * tmp[j] + (d.beta == 0.0f ? 0.0f : d.beta * out[j]);
       }
