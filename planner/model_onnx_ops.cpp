@@ -111,6 +111,9 @@ Window window(Builder& b, const onnx::Node& n, int64_t kernel_from_weight) {
   if (const onnx::Attribute* a = n.attribute("auto_pad"); a && !a->s.empty() && a->s != "NOTSET")
     b.fail(n, "auto_pad " + a->s + " is not supported; export with explicit pads (PyTorch does)");
   if (attr_int(n, "ceil_mode", 0) != 0) b.fail(n, "ceil_mode 1 is not supported; use ceil_mode=False");
+  if (w.kernel < 1 || w.stride < 1 || w.pad < 0)
+    b.fail(n, "kernel " + std::to_string(w.kernel) + ", stride " + std::to_string(w.stride) + ", pad " +
+                  std::to_string(w.pad) + ": kernel and stride must be at least 1 and pads not negative");
   return w;
 }
 
@@ -306,6 +309,7 @@ void map_reshape(Builder& b, const onnx::Node& n) {
       if (i - 1 >= x.shape.size()) b.fail(n, "0 copies a dimension the input does not have");
       d = x.shape[i - 1];
     }
+    if (d < -1) b.fail(n, "the target shape " + shape_string(s.ints) + " has a negative dimension");
     if (d == -1) {
       if (infer_at >= 0 || s.ints[0] == -1) b.fail(n, "more than one dimension of the target shape is inferred (-1)");
       infer_at = int(out.size());
@@ -328,6 +332,10 @@ void map_transpose(Builder& b, const onnx::Node& n) {
     b.fail(n, "perm " + shape_string(perm) + " must keep the batch first and name every dimension");
   LayerDesc l = leaf(b, n, LayerKind::TRANSPOSE);
   from(l, x);
+  std::vector<int64_t> sorted = perm;
+  std::sort(sorted.begin(), sorted.end());
+  for (size_t i = 0; i < sorted.size(); ++i)
+    if (sorted[i] != int64_t(i)) b.fail(n, "perm " + shape_string(perm) + " is not a permutation");
   for (size_t i = 1; i < perm.size(); ++i) {
     if (perm[i] < 1 || perm[i] > int64_t(x.shape.size())) b.fail(n, "perm entry out of range");
     l.axes.push_back(perm[i] - 1);
