@@ -267,7 +267,7 @@ std::string onnx_supported_ops() {
 
 bool is_onnx_path(const std::string& path) { return std::filesystem::path(path).extension() == ".onnx"; }
 
-ModelDesc model_desc_from_onnx(std::string_view bytes, const std::string& source_name) {
+ModelDesc model_desc_from_onnx(std::string_view bytes, const std::string& source_name, const std::string& model_name) {
   onnx::Model model;
   try {
     model = onnx::parse_model(bytes);
@@ -279,7 +279,7 @@ ModelDesc model_desc_from_onnx(std::string_view bytes, const std::string& source
   b.graph = &model.graph;
   ModelDesc m;
   m.source = source_name;
-  m.name = std::filesystem::path(source_name).stem().string();
+  m.name = model_name.empty() ? std::filesystem::path(source_name).stem().string() : model_name;
   if (m.name.empty()) m.name = model.graph.name;
   for (const auto& t : model.graph.initializers) {
     Value v;
