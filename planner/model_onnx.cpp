@@ -166,6 +166,10 @@ bool fold_constant(Builder& b, const onnx::Node& n) {
     const size_t r = in.dims.size();
     if (perm.empty())
       for (size_t i = 0; i < r; ++i) perm.push_back(int64_t(r - 1 - i));
+    std::vector<int64_t> sorted = perm;
+    std::sort(sorted.begin(), sorted.end());
+    for (size_t i = 0; i < sorted.size(); ++i)
+      if (sorted[i] != int64_t(i)) b.fail(n, "perm " + shape_string(perm) + " is not a permutation of 0.." + std::to_string(r - 1));
     if (perm.size() != r) b.fail(n, "perm has " + std::to_string(perm.size()) + " entries for a rank-" + std::to_string(r) + " tensor");
     std::vector<int64_t> in_strides(r, 1);
     for (size_t i = r; i-- > 1;) in_strides[i - 1] = in_strides[i] * in.dims[i];
@@ -263,7 +267,7 @@ std::string onnx_supported_ops() {
 
 bool is_onnx_path(const std::string& path) { return std::filesystem::path(path).extension() == ".onnx"; }
 
-ModelDesc model_desc_from_onnx(std::string_view bytes, const std::string& source_name) {
+ModelDesc model_desc_from_onnx(std::string_view bytes, const std::string& source_name, const std::string& model_name) {
   onnx::Model model;
   try {
     model = onnx::parse_model(bytes);
@@ -275,7 +279,7 @@ ModelDesc model_desc_from_onnx(std::string_view bytes, const std::string& source
   b.graph = &model.graph;
   ModelDesc m;
   m.source = source_name;
-  m.name = std::filesystem::path(source_name).stem().string();
+  m.name = model_name.empty() ? std::filesystem::path(source_name).stem().string() : model_name;
   if (m.name.empty()) m.name = model.graph.name;
   for (const auto& t : model.graph.initializers) {
     Value v;

@@ -26,10 +26,12 @@
 
 namespace qsync {
 
-// Builds the description of the ONNX model `bytes`; `source_name` names it in errors and gives
-// the model's name (its file stem). Throws std::invalid_argument (malformed files:
-// onnx::OnnxFormatError, which is one) naming the node and the fix.
-ModelDesc model_desc_from_onnx(std::string_view bytes, const std::string& source_name);
+// Builds the description of the ONNX model `bytes`; `source_name` names it in errors; the model's
+// name is `model_name`, or when empty the file stem of `source_name` (what the worker sees: a
+// ConfigMap key "model.onnx" mounted as a file is "model"). Throws std::invalid_argument
+// (malformed files: onnx::OnnxFormatError, which is one) naming the node and the fix.
+ModelDesc model_desc_from_onnx(std::string_view bytes, const std::string& source_name,
+                               const std::string& model_name = "");
 ModelDesc model_desc_load_onnx(const std::string& path);
 // "Add, AveragePool, BatchNormalization, ...": the ONNX ops the engine trains.
 std::string onnx_supported_ops();

@@ -49,6 +49,20 @@ bool map_node(Builder& b, const onnx::Node& n, size_t index);
 // The supported op types, sorted.
 const std::vector<std::string>& supported_ops();
 
+// Helpers of the mappers (model_onnx_ops.cpp): a layer named after the node; `v` as its next
+// input; the shapes of the engine's existing kinds (linear, conv2d, ...) by the YAML rules; a
+// per-sample rank check; a full (batch-first) axis as a per-sample one (the batch refused).
+LayerDesc leaf(Builder& b, const onnx::Node& n, LayerKind kind, bool gemm_like = false);
+void from(LayerDesc& l, const Value& v);
+void infer(Builder& b, const onnx::Node& n, LayerDesc& l);
+void need_rank(Builder& b, const onnx::Node& n, const Value& v, size_t rank, const char* what);
+int64_t sample_axis(Builder& b, const onnx::Node& n, int64_t axis, size_t r);
+// Layout ops (model_onnx_layout.cpp).
+void map_global_pool(Builder& b, const onnx::Node& n);
+void map_flatten(Builder& b, const onnx::Node& n);
+void map_reshape(Builder& b, const onnx::Node& n);
+void map_transpose(Builder& b, const onnx::Node& n);
+void map_concat(Builder& b, const onnx::Node& n);
 // Single-input ops of the engine's own kinds (relu, gelu, dropout, softmax, unary), model_onnx_ops.cpp.
 void map_simple(Builder& b, const onnx::Node& n, LayerKind kind);
 // Fusions (model_onnx_fusion.cpp). bias_add: the Add after MatMul node `index` adding a 1-D bias of

@@ -155,6 +155,12 @@ def sample_batch(name, shape, batch, gen):
     return seq[:, :-1].contiguous(), seq[:, 1:].contiguous()
 
 
+def f32_list(t):
+    """A tensor's values as the shortest decimal that reads back as the same float32 (small files)."""
+    import numpy as np
+    return [float(str(np.float32(v))) for v in t.detach().reshape(-1).tolist()]
+
+
 def golden(name, out_dir):
     torch.manual_seed(20261202)
     model, shape = build(name, tiny=True)
@@ -167,16 +173,16 @@ def golden(name, out_dir):
     loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
     model.zero_grad()
     loss.backward()
-    grads = {n: p.grad.detach().reshape(-1).tolist() for n, p in model.named_parameters()}
+    grads = {n: f32_list(p.grad) for n, p in model.named_parameters()}
     with torch.no_grad():
         for p in model.parameters():
             p -= 0.1 * p.grad
         after = model(x)
     record = {
-        "model": name, "input_shape": list(x.shape), "input": x.reshape(-1).float().tolist(),
+        "model": name, "input_shape": list(x.shape), "input": f32_list(x.float()),
         "targets": y.reshape(-1).tolist(), "logits_shape": list(logits.shape),
-        "logits": logits.detach().reshape(-1).tolist(), "loss": loss.item(), "grads": grads,
-        "lr": 0.1, "logits_after_step": after.detach().reshape(-1).tolist(),
+        "logits": f32_list(logits), "loss": loss.item(), "grads": grads,
+        "lr": 0.1, "logits_after_step": f32_list(after),
     }
     with open(os.path.join(out_dir, name + ".json"), "w") as f:
         json.dump(record, f, separators=(",", ":"))

@@ -36,7 +36,8 @@ namespace qsync {
 namespace {
 
 const char* USAGE =
-    "usage: qsync-worker train --model FILE|NAME [--data DIR|FILE] [--plan FILE | --precision P]\n"
+    "usage: qsync-worker train --model FILE|NAME (a model YAML, an .onnx file, or a zoo name) [--data DIR|FILE]\n"
+    "         [--plan FILE | --precision P]\n"
     "         [--steps N | --epochs E] [--batch B] [--lr X] [--optimizer adamw|sgd] [--weight-decay X]\n"
     "         [--warmup N] [--lr-schedule cosine|constant] [--grad-clip X] [--seed S]\n"
     "         [--eval-every K] [--eval-limit N]\n"

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <filesystem>
 #include <optional>
 #include <map>
 #include <set>
@@ -98,7 +99,8 @@ ModelDesc job_model(const api::HybridTrainingJob& job, const std::vector<json>& 
                                                           : " is missing or empty: add the model description under that key"),
                             false);
       try {
-        if (onnx) return model_desc_from_onnx(text, where);
+        // named as the worker names the mounted file (/etc/qsync/model/<key>): the key's stem
+        if (onnx) return model_desc_from_onnx(text, where, std::filesystem::path(m.config_map->key).stem().string());
         return model_desc_parse(text, where);
       } catch (const std::exception& e) {
         throw PlanningError("InvalidModel", std::string("spec.model.configMap: ") + e.what(), true);

@@ -83,6 +83,23 @@ TEST(Runner, RunsAJobWithSummaryPlansAndCheckpoint) {
   EXPECT_NE(r.out.find("job e2e-runner: succeeded"), std::string::npos) << r.out;
 }
 
+TEST(Runner, TrainsAnOnnxModelWithPlansNamedAfterItsNodes) {
+  TempDir dir;
+  const std::string onnx = std::string(QSYNC_SOURCE_DIR) + "/tests/golden/onnx/resnet18.onnx";  // 32 x 32: padded images
+  const std::string job = dir.write("job.yaml", job_yaml(6, "cpu-avx512", "cpu-avx2", "  model: {onnx: " + onnx + "}\n"));
+  Process p = start_runner(dir, job, {}, "run");
+  const RunnerRun r = finish_runner(p, dir, "run", 180s);
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_EQ(r.summary["succeeded"], true);
+  EXPECT_EQ(r.summary["steps"], 6);
+  const ModelDesc model = model_desc_find(onnx);
+  for (int rank = 0; rank < 2; ++rank) {
+    const RankPlan plan = plan_file_load(dir.file("work/plans/rank-" + std::to_string(rank) + ".yaml"), model);
+    EXPECT_EQ(plan.precision_of("layer1.layer1.0.conv1"), LayerPrecision::FP32);
+    EXPECT_EQ(plan.precision_of("fc"), LayerPrecision::FP32);
+  }
+}
+
 // A refused job file: exit 1 at once, stderr naming every needle, and no worker started.
 void expect_refused(const std::string& yaml, const std::vector<std::string>& needles) {
   TempDir dir;

@@ -71,6 +71,23 @@ TEST(ModelOnnx, TruncatedAndMalformedFilesNameTheFile) {
                                         {"cut.onnx", "ONNX"});
 }
 
+TEST(ModelOnnx, CorruptedBytesAreRefusedAsInvalidArguments) {
+  const std::string bytes = w::model(mlp());
+  int accepted = 0;
+  for (size_t i = 0; i < bytes.size(); ++i) {
+    for (uint8_t v : {uint8_t(0x00), uint8_t(0x7f), uint8_t(0xff)}) {
+      std::string bad = bytes;
+      bad[i] = char(v);
+      try {
+        (void)model_desc_from_onnx(bad, "bad.onnx");
+        ++accepted;  // e.g. a changed weight value or name
+      } catch (const std::invalid_argument&) {
+      }
+    }
+  }
+  EXPECT_LT(accepted, int(bytes.size() * 3));
+}
+
 TEST(ModelOnnx, AReshapeThatFixesTheBatchIsRefusedWithTheFix) {
   w::GraphSpec g;
   g.inputs = {w::value_info("input", 1, {-1, 2, 3})};
@@ -115,6 +132,13 @@ TEST(ModelOnnx, ConvPoolsAndResidualAddsInferShapes) {
   EXPECT_EQ(m.root.children[2].graph_inputs, (std::vector<int>{1, 1}));
   EXPECT_EQ(m.root.children[4].out_shape, (Shape{4, 1, 1}));
   EXPECT_EQ(m.classes, 4);
+  // A zero stride (a division by zero in the shape) and a transpose that is not a permutation.
+  g.nodes[1] = w::node("MaxPool", "/p/MaxPool", {"a"}, {"b"}, {w::attr_ints("kernel_shape", {2, 2}), w::attr_ints("strides", {0, 0})});
+  expect_error<std::invalid_argument>([&] { (void)model_desc_from_onnx(w::model(g), "cnn.onnx"); },
+                                      {"'/p/MaxPool' (MaxPool)", "stride must be at least 1"});
+  g.nodes[1] = w::node("Transpose", "/t", {"a"}, {"b"}, {w::attr_ints("perm", {0, 1, 1, 2})});
+  expect_error<std::invalid_argument>([&] { (void)model_desc_from_onnx(w::model(g), "cnn.onnx"); },
+                                      {"'/t' (Transpose)", "not a permutation"});
   // Grouped and dilated convolutions are refused naming the node.
   g.nodes[0] = w::node("Conv", "/c/Conv", {"input", "c.weight"}, {"a"}, {w::attr_int("group", 2)});
   expect_error<std::invalid_argument>([&] { (void)model_desc_from_onnx(w::model(g), "cnn.onnx"); },

@@ -48,7 +48,12 @@ Tensor BatchNormLayer::forward(const Tensor& x_in, StepContext& ctx) {
     xhat = host_empty(x.shape(), ctx, name() + ".xhat");
     rstd = Tensor::empty({C_}, Precision::FP32, nullptr, name() + ".rstd");
   }
-  for (int64_t c = 0; c < C_; ++c) {
+  float* xh = ctx.training ? xhat.f32() : nullptr;
+  float* rs = ctx.training ? rstd.f32() : nullptr;
+  const float* wp = w.f32();
+  const float* bp = b.f32();
+#pragma omp parallel for schedule(static)
+  for (int64_t c = 0; c < C_; ++c) {  // channels are independent (their running statistics too)
     double mean, var;
     if (ctx.training) {
       double s = 0, s2 = 0;
@@ -69,13 +74,13 @@ Tensor BatchNormLayer::forward(const Tensor& x_in, StepContext& ctx) {
       var = running_var_[size_t(c)];
     }
     const float r = float(1.0 / std::sqrt(var + eps));
-    if (ctx.training) rstd.f32()[c] = r;
-    const float g = w.f32()[c], beta = b.f32()[c], mu = float(mean);
+    if (rs) rs[c] = r;
+    const float g = wp[c], beta = bp[c], mu = float(mean);
     for (int64_t i = 0; i < B; ++i)
       for (int64_t k = 0; k < S_; ++k) {
         const int64_t at = (i * C_ + c) * S_ + k;
         const float h = (xp[at] - mu) * r;
-        if (ctx.training) xhat.f32()[at] = h;
+        if (xh) xh[at] = h;
         yp[at] = h * g + beta;
       }
   }
@@ -96,6 +101,12 @@ Tensor BatchNormLayer::backward(const Tensor& dy_in, StepContext& ctx) {
   const float* g = dy.f32();
   const float* h = xhat_.f32();
   const double n = double(B * S_);
+  float* dxp = dx.f32();
+  float* dwp = dw.f32();
+  float* dbp = db.f32();
+  const float* wp = w.f32();
+  const float* rs = rstd_.f32();
+#pragma omp parallel for schedule(static)
   for (int64_t c = 0; c < C_; ++c) {
     double sum_dy = 0, sum_dy_h = 0;
     for (int64_t i = 0; i < B; ++i)
@@ -104,13 +115,13 @@ Tensor BatchNormLayer::backward(const Tensor& dy_in, StepContext& ctx) {
         sum_dy += g[at];
         sum_dy_h += double(g[at]) * h[at];
       }
-    dw.f32()[c] = float(sum_dy_h);
-    db.f32()[c] = float(sum_dy);
-    const double scale = double(w.f32()[c]) * rstd_.f32()[c] / n;
+    dwp[c] = float(sum_dy_h);
+    dbp[c] = float(sum_dy);
+    const double scale = double(wp[c]) * rs[c] / n;
     for (int64_t i = 0; i < B; ++i)
       for (int64_t k = 0; k < S_; ++k) {
         const int64_t at = (i * C_ + c) * S_ + k;
-        dx.f32()[at] = float(scale * (n * g[at] - sum_dy - h[at] * sum_dy_h));
+        dxp[at] = float(scale * (n * g[at] - sum_dy - h[at] * sum_dy_h));
       }
   }
   accumulate_grad(weight_, dw, ctx);

@@ -179,6 +179,15 @@ TEST(DesiredChildren, GpuRanksOnCpuRunAsTheDefaultCpuClass) {
   EXPECT_FALSE(rank_runs_on_gpu(cpu_rank(), {}));
 }
 
+TEST(DesiredChildren, OnnxModelsReachTheWorkerAsFiles) {
+  const json in_image = job_object({{"model", {{"zoo", nullptr}, {"onnx", "/models/resnet18.onnx"}}}});
+  EXPECT_TRUE(has_arg(worker_command(api::hybrid_training_job_from_json(in_image), cpu_rank()), "--model",
+                      "/models/resnet18.onnx"));
+  const json in_cm = job_object({{"model", {{"zoo", nullptr}, {"configMap", {{"name", "gpt-onnx"}, {"key", "model.onnx"}}}}}});
+  EXPECT_TRUE(has_arg(worker_command(api::hybrid_training_job_from_json(in_cm), cpu_rank()), "--model",
+                      "/etc/qsync/model/model.onnx"));  // the ConfigMap's binaryData mounted as a file
+}
+
 TEST(DesiredChildren, WorkerCommandFollowsTheSpec) {
   const json obj = job_object();
   const std::vector<std::string> cmd = worker_command(api::hybrid_training_job_from_json(obj), cpu_rank());

@@ -160,6 +160,7 @@ TEST(JobPlanning, OnnxModelsComeFromAConfigMapsBinaryData) {
   const json cm = {{"metadata", {{"name", "m"}, {"namespace", "team"}}}, {"binaryData", {{"model.onnx", base64(tiny_onnx())}}}};
   const ModelDesc m = job_model(j, {cm});
   EXPECT_EQ(m.root.kind, LayerKind::GRAPH);
+  EXPECT_EQ(m.name, "model");  // as the worker names /etc/qsync/model/model.onnx
   ASSERT_EQ(model_gemm_layers(m).size(), 1u);
   EXPECT_EQ(model_gemm_layers(m)[0]->name, "fc");
   const JobPlan plan = plan_job(j, {.nodes = gpu_nodes(), .config_maps = {cm}});
