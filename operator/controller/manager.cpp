@@ -30,15 +30,15 @@ Manager::Manager(kube::KubeClient* client, ManagerOptions options, std::shared_p
 
 Manager::~Manager() { stop_all(); }
 
-Informer& Manager::informer_for(const kube::ResourceType& type, const std::string& ns) {
+Informer& Manager::informer_for(const kube::ResourceType& type, const std::string& ns, const std::string& label_selector) {
   if (!client_) throw std::logic_error("Manager::informer_for needs a KubeClient; use add_informer without one");
-  const std::string key = type.api_version() + "/" + type.plural + "|" + ns;
+  const std::string key = type.api_version() + "/" + type.plural + "|" + ns + "|" + label_selector;
   std::lock_guard<std::mutex> lock(mu_);
   auto it = informers_.find(key);
   if (it != informers_.end()) return *it->second;
   InformerOptions options = options_.informer_defaults;
-  options.name = ns.empty() ? type.plural : type.plural + "/" + ns;
-  auto informer = std::make_unique<Informer>(std::make_shared<KubeListWatcher>(*client_, type, ns), options);
+  options.name = (ns.empty() ? type.plural : type.plural + "/" + ns) + (label_selector.empty() ? "" : "{" + label_selector + "}");
+  auto informer = std::make_unique<Informer>(std::make_shared<KubeListWatcher>(*client_, type, ns, label_selector), options);
   Informer& ref = *informer;
   informers_[key] = std::move(informer);
   if (running_) ref.start();

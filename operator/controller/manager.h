@@ -57,8 +57,9 @@ class Manager {
   Manager(const Manager&) = delete;
   Manager& operator=(const Manager&) = delete;
 
-  // The shared informer of `type` in `ns` ("" : all namespaces), made on first use.
-  Informer& informer_for(const kube::ResourceType& type, const std::string& ns = "");
+  // The shared informer of `type` in `ns` ("" : all namespaces) over the objects that match
+  // `label_selector` ("": all), made on first use.
+  Informer& informer_for(const kube::ResourceType& type, const std::string& ns = "", const std::string& label_selector = "");
   // An informer over any source (tests, selectors).
   Informer& add_informer(std::shared_ptr<ListWatcher> source, InformerOptions options);
   // A controller; its metrics default to the manager's. Add controllers before run().

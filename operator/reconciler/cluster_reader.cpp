@@ -2,6 +2,8 @@
 // Reading jobs, children, ConfigMaps and Nodes from the API or the informers (see cluster_reader.h).
 #include "operator/reconciler/cluster_reader.h"
 
+#include <set>
+
 #include "operator/api/group_version.h"
 #include "operator/reconciler/desired_children.h"
 
@@ -15,6 +17,9 @@ bool in_namespace(const json& o, const std::string& ns) { return o["metadata"].v
 const kube::ResourceType& workload_type(const std::string& kind) {
   return kind == "StatefulSet" ? kube::stateful_sets_type() : kube::deployments_type();
 }
+
+const std::string ACTIVE_PODS = "status.phase!=Succeeded,status.phase!=Failed";
+const std::string ANY_VERSION = "0";
 
 bool labelled_for(const json& o, const std::string& job) {
   const json& labels = o["metadata"].value("labels", json::object());
@@ -71,8 +76,12 @@ std::optional<json> InformerClusterReader::config_map(const std::string& ns, con
 }
 std::vector<json> InformerClusterReader::config_maps(const std::string& ns) {
   std::vector<json> out;
-  for (json& c : informers_.config_maps->list())
-    if (in_namespace(c, ns)) out.push_back(std::move(c));
+  std::set<std::string> seen;  // a ConfigMap may carry several of the labels
+  std::vector<controller::Informer*> all = {informers_.config_maps};
+  all.insert(all.end(), informers_.input_config_maps.begin(), informers_.input_config_maps.end());
+  for (controller::Informer* i : all)
+    for (json& c : i->list())
+      if (in_namespace(c, ns) && seen.insert(c["metadata"].value("name", "")).second) out.push_back(std::move(c));
   return out;
 }
 std::vector<json> InformerClusterReader::nodes() { return informers_.nodes->list(); }
@@ -88,6 +97,12 @@ std::vector<json> InformerClusterReader::workloads(const std::string& ns, const 
     if (in_namespace(w, ns)) out.push_back(std::move(w));
   return out;
 }
-std::vector<json> InformerClusterReader::all_pods() { return informers_.pods->list(); }
+std::vector<json> InformerClusterReader::all_pods() {
+  // Finished pods hold no GPUs; resourceVersion 0: any recent state (the API server's watch cache).
+  kube::ListOptions options;
+  options.field_selector = ACTIVE_PODS;
+  options.resource_version = ANY_VERSION;
+  return client_.list(kube::pods_type(), informers_.pods_namespace, options).items;
+}
 
 }  // namespace qsync::reconciler

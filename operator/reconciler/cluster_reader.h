@@ -57,11 +57,16 @@ class ApiClusterReader : public ClusterReader {
 };
 
 // Children, ConfigMaps and Nodes from informers (which must outlive the reader); the job from
-// the API.
+// the API. The child informers hold only what the operator owns (label qsync.dev/job), the
+// ConfigMap informers only the labelled inputs of planning; every active Pod of `pods_namespace`
+// ("" : all namespaces), which GPU accounting needs, is listed from the API when asked for
+// (planning and lending passes) rather than cached: a cluster's Pods outnumber a job's.
 struct ClusterInformers {
-  controller::Informer* pods = nullptr;
-  controller::Informer* services = nullptr;
-  controller::Informer* config_maps = nullptr;
+  controller::Informer* pods = nullptr;          // the operator's pods (qsync.dev/job)
+  controller::Informer* services = nullptr;      // the operator's services (qsync.dev/job)
+  controller::Informer* config_maps = nullptr;   // the operator's plan ConfigMaps (qsync.dev/job)
+  std::vector<controller::Informer*> input_config_maps;  // device profiles, calibrations (by label)
+  std::string pods_namespace;                    // where all_pods() lists
   controller::Informer* nodes = nullptr;
   controller::Informer* deployments = nullptr;
   controller::Informer* stateful_sets = nullptr;

@@ -7,6 +7,8 @@
 #include "kernels/thread_stack_allowance.h"
 #include "operator/api/conditions.h"
 #include "operator/api/group_version.h"
+#include "operator/reconciler/desired_children.h"
+#include "operator/reconciler/job_planning.h"
 
 namespace qsync::reconciler {
 namespace {
@@ -68,9 +70,16 @@ JobControllerParts add_job_controller(controller::Manager& manager, kube::KubeCl
   thread_stack_allowance_link();  // the manager serves metrics in a process carrying the CUDA libraries
   JobControllerParts parts;
   controller::Informer& jobs = manager.informer_for(hybrid_training_jobs_type(), options.namespace_);
-  const ClusterInformers informers{.pods = &manager.informer_for(kube::pods_type(), options.namespace_),
-                                   .services = &manager.informer_for(kube::services_type(), options.namespace_),
-                                   .config_maps = &manager.informer_for(kube::config_maps_type(), options.namespace_),
+  // Children by the label every one carries; planning's ConfigMap inputs by theirs. Nodes and
+  // workloads unfiltered: pool discovery reads every node, and a borrow entry may name any
+  // workload (its opt-in is an annotation, which no selector can match).
+  const std::string owned = JOB_LABEL;  // "exists"
+  const ClusterInformers informers{.pods = &manager.informer_for(kube::pods_type(), options.namespace_, owned),
+                                   .services = &manager.informer_for(kube::services_type(), options.namespace_, owned),
+                                   .config_maps = &manager.informer_for(kube::config_maps_type(), options.namespace_, owned),
+                                   .input_config_maps = {&manager.informer_for(kube::config_maps_type(), options.namespace_, PROFILE_LABEL),
+                                                         &manager.informer_for(kube::config_maps_type(), options.namespace_, CALIBRATION_LABEL)},
+                                   .pods_namespace = options.namespace_,
                                    .nodes = &manager.informer_for(kube::nodes_type()),
                                    .deployments = &manager.informer_for(kube::deployments_type(), options.namespace_),
                                    .stateful_sets = &manager.informer_for(kube::stateful_sets_type(), options.namespace_)};

@@ -80,6 +80,28 @@ bool node_matches(const json& pod, const json& node) {
   return false;
 }
 
+// kube-scheduler's TaintToleration filter: a toleration with an empty effect matches every
+// effect, operator Exists with an empty key matches every taint, Equal (the default) needs key
+// and value equal.
+bool tolerates(const json& toleration, const json& taint) {
+  const std::string effect = toleration.value("effect", "");
+  if (!effect.empty() && effect != taint.value("effect", "")) return false;
+  const std::string key = toleration.value("key", "");
+  if (toleration.value("operator", "Equal") == "Exists") return key.empty() || key == taint.value("key", "");
+  return key == taint.value("key", "") && toleration.value("value", "") == taint.value("value", "");
+}
+
+// The first NoSchedule/NoExecute taint of the node the pod does not tolerate (null: none).
+json untolerated_taint(const json& pod, const json& node) {
+  const json tolerations = pod["spec"].value("tolerations", json::array());
+  for (const json& taint : node.value(json::json_pointer("/spec/taints"), json::array())) {
+    const std::string effect = taint.value("effect", "");
+    if (effect != "NoSchedule" && effect != "NoExecute") continue;  // PreferNoSchedule only scores
+    if (std::none_of(tolerations.begin(), tolerations.end(), [&](const json& t) { return tolerates(t, taint); })) return taint;
+  }
+  return nullptr;
+}
+
 }  // namespace
 
 int64_t pod_gpu_request(const json& pod) {
@@ -124,12 +146,15 @@ bool schedule_pending_pods(ApiState& s) {
     const int64_t want = pod_gpu_request(pod);
     std::string best;
     int64_t insufficient = 0, mismatched = 0, unschedulable = 0;
+    std::map<std::string, int64_t> tainted;  // "{key: value}" -> nodes
     for (const json& n : nodes) {
       const std::string name = n["metadata"].value("name", "");
       if (!node_schedulable(n)) {
         ++unschedulable;
       } else if (!node_matches(pod, n)) {
         ++mismatched;
+      } else if (const json taint = untolerated_taint(pod, n); !taint.is_null()) {
+        ++tainted["{" + taint.value("key", "") + ": " + taint.value("value", "") + "}"];
       } else if (free[name] < want) {
         ++insufficient;
       } else if (best.empty() || free[name] > free[best]) {
@@ -154,6 +179,7 @@ bool schedule_pending_pods(ApiState& s) {
     std::vector<std::string> parts;
     if (insufficient) parts.push_back(std::to_string(insufficient) + " Insufficient nvidia.com/gpu");
     if (mismatched) parts.push_back(std::to_string(mismatched) + " node(s) didn't match Pod's node affinity/selector");
+    for (const auto& [taint, count] : tainted) parts.push_back(std::to_string(count) + " node(s) had untolerated taint " + taint);
     if (unschedulable) parts.push_back(std::to_string(unschedulable) + " node(s) were unschedulable or not ready");
     for (size_t i = 0; i < parts.size(); ++i) message += (i ? ", " : " ") + parts[i];
     message += ".";

@@ -4,12 +4,13 @@
 // it, and nothing more: a Pod without spec.nodeName that requests GPUs is bound to the
 // schedulable Node (not cordoned, Ready) that matches its nodeSelector and required node
 // affinity (In, NotIn, Exists, DoesNotExist on node labels; kubernetes.io/hostname also
-// matches the node's name when the node lacks that label) and has the most GPUs free
+// matches the node's name when the node lacks that label), whose NoSchedule/NoExecute taints
+// the Pod tolerates (kube-scheduler's TaintToleration filter) and has the most GPUs free
 // (allocatable minus what the Pods bound to it request; finished Pods hold nothing,
 // terminating ones still do), ties by name. A Pod that fits nowhere stays Pending with
 // PodScheduled=False, reason Unschedulable and the scheduler's message ("0/3 nodes are
 // available: 2 Insufficient nvidia.com/gpu, 1 node(s) didn't match Pod's node
-// affinity/selector."); it is retried after every write. Pods that request no GPUs are left to
+// affinity/selector, 1 node(s) had untolerated taint {dedicated: inference}."); it is retried after every write. Pods that request no GPUs are left to
 // the local kubelet, as before. The local kubelet hears of a GPU Pod only once it is bound.
 // Called with ApiState::mu held; on only with ServerOptions::controllers.
 #pragma once

@@ -4,7 +4,7 @@
 // its Pods and reports readiness; /scale reads and writes replicas (GET, PATCH, PUT with a stale
 // resourceVersion); scale-in removes unbound Pods first; a StatefulSet creates and removes
 // ordinals in order (OrderedReady) or at once (Parallel); GPU Pods are spread over Nodes by free
-// nvidia.com/gpu, honour node affinity, wait Unschedulable with the scheduler's message, and
+// nvidia.com/gpu, honour node affinity and taints, wait Unschedulable with the scheduler's message, and
 // bind once GPUs are freed. Without the controllers option nothing runs but /scale.
 #include <gtest/gtest.h>
 
@@ -181,6 +181,57 @@ TEST_F(WorkloadControllersTest, GpuPodsAreScheduledByFreeGpus) {
   call("DELETE", "/api/v1/namespaces/default/pods/" + first["metadata"]["name"].get<std::string>());
   ASSERT_EQ(pods("llm").size(), 4u);
   for (const json& p : pods("llm")) EXPECT_FALSE(p["spec"].value("nodeName", "").empty()) << p.dump();
+}
+
+// kube-scheduler's TaintToleration filter: NoSchedule/NoExecute taints keep untolerating Pods
+// off (PreferNoSchedule does not); Equal, Exists, key-less Exists and effect-less tolerations.
+TEST_F(WorkloadControllersTest, TaintsKeepPodsThatDoNotTolerateThemOff) {
+  json serving = gpu_node("serving", 4, {{"pool", "inference"}});
+  serving["spec"] = {{"taints", json::array({{{"key", "dedicated"}, {"value", "inference"}, {"effect", "NoSchedule"}}})}};
+  server_.put_object(serving);
+  json soft = gpu_node("soft", 1, {{"pool", "inference"}});
+  soft["spec"] = {{"taints", json::array({{{"key", "spot"}, {"value", "true"}, {"effect", "PreferNoSchedule"}}})}};
+  server_.put_object(soft);
+  json d = deployment("llm", 2, 1);
+  d["spec"]["template"]["spec"]["nodeSelector"] = {{"pool", "inference"}};
+  server_.put_object(d);
+  int on_soft = 0, pending = 0;
+  for (const json& pod : pods("llm")) {
+    const std::string node = pod["spec"].value("nodeName", "");
+    EXPECT_NE(node, "serving") << "a pod without tolerations was bound to the tainted node";
+    if (node == "soft") ++on_soft;
+    if (node.empty()) {
+      ++pending;
+      EXPECT_EQ(pod["status"]["conditions"][0]["message"],
+                "0/2 nodes are available: 1 Insufficient nvidia.com/gpu, 1 node(s) had untolerated taint "
+                "{dedicated: inference}.");
+    }
+  }
+  EXPECT_EQ(on_soft, 1);  // PreferNoSchedule only scores
+  EXPECT_EQ(pending, 1);
+  // Each toleration form lets a pod onto the tainted node; a wrong value or effect does not.
+  const std::vector<std::pair<json, bool>> cases = {
+      {{{"key", "dedicated"}, {"operator", "Equal"}, {"value", "inference"}, {"effect", "NoSchedule"}}, true},
+      {{{"key", "dedicated"}, {"operator", "Exists"}}, true},
+      {{{"operator", "Exists"}}, true},
+      {{{"key", "dedicated"}, {"value", "inference"}}, true},
+      {{{"key", "dedicated"}, {"value", "training"}, {"effect", "NoSchedule"}}, false},
+      {{{"key", "dedicated"}, {"operator", "Exists"}, {"effect", "NoExecute"}}, false},
+  };
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const std::string name = "tolerating-" + std::to_string(i);
+    json pod = {{"apiVersion", "v1"},
+                {"kind", "Pod"},
+                {"metadata", {{"name", name}, {"namespace", "default"}}},
+                {"spec",
+                 {{"nodeSelector", {{"pool", "inference"}}},
+                  {"tolerations", json::array({cases[i].first})},
+                  {"containers", json::array({{{"name", "c"}, {"image", "c:1"}, {"command", json::array({"/bin/false"})},
+                                               {"resources", {{"limits", {{"nvidia.com/gpu", "1"}}}}}}})}}}};
+    server_.put_object(pod);
+    const std::string node = server_.get_object("v1", "pods", "default", name)["spec"].value("nodeName", "");
+    EXPECT_EQ(node, cases[i].second ? "serving" : "") << cases[i].first.dump();
+  }
 }
 
 TEST_F(WorkloadControllersTest, NodeAffinityAndCordonedNodes) {

@@ -11,32 +11,35 @@ borrows GPUs from (scaled in and out by patching spec.replicas and its annotatio
 {{- define "qsync.rules.workloads" -}}
 - apiGroups: ["qsync.dev"]
   resources: ["hybridtrainingjobs"]
-  verbs: ["get", "list", "watch", "update", "patch", "delete"]
+  verbs: ["get", "list", "watch", "update", "delete"]
 - apiGroups: ["qsync.dev"]
   resources: ["hybridtrainingjobs/status"]
-  verbs: ["get", "update", "patch"]
+  verbs: ["update"]
 - apiGroups: ["qsync.dev"]
   resources: ["hybridtrainingjobs/finalizers"]
   verbs: ["update"]
 - apiGroups: [""]
-  resources: ["pods", "services"]
+  resources: ["pods"]
   verbs: ["get", "list", "watch", "create", "delete"]
 - apiGroups: [""]
+  resources: ["services"]
+  verbs: ["list", "watch", "create"]
+- apiGroups: [""]
   resources: ["configmaps"]
-  verbs: ["get", "list", "watch", "create", "update", "patch", "delete"]
+  verbs: ["list", "watch", "create", "update"]
 - apiGroups: [""]
   resources: ["events"]
   verbs: ["create", "patch"]
 - apiGroups: ["apps"]
   resources: ["deployments", "statefulsets"]
-  verbs: ["get", "list", "watch", "patch"]
+  verbs: ["list", "watch", "patch"]
 {{- end -}}
 
 {{/* The pool: the planner reads node labels (nvidia.com/gpu.product, device classes). */}}
 {{- define "qsync.rules.nodes" -}}
 - apiGroups: [""]
   resources: ["nodes"]
-  verbs: ["get", "list", "watch"]
+  verbs: ["list", "watch"]
 {{- end -}}
 
 {{/* The leader-election Lease. */}}

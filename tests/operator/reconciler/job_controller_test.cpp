@@ -2,16 +2,21 @@
 // The reconciler wired into a Manager as qsync-operator runs it (informers, owned-object
 // watches, the phase gauge), against the in-process Kubernetes API test server: a job gets its
 // pods from the informer-driven controller, pod phase changes reach the job's status through
-// the owned-Pod watch, and a second manager (an operator restart) creates no duplicates.
+// the owned-Pod watch, and a second manager (an operator restart) creates no duplicates; the
+// informers cache only the operator's children and planning's labelled ConfigMaps, and GPU
+// accounting lists every active pod.
 #include <gtest/gtest.h>
 
 #include <chrono>
 #include <functional>
+#include <set>
 #include <thread>
 
 #include "operator/api/crd_schema.h"
 #include "operator/api/hybrid_training_job_status.h"
+#include "operator/reconciler/desired_children.h"
 #include "operator/reconciler/job_controller_setup.h"
+#include "operator/reconciler/job_planning.h"
 #include "tests/operator/api_server_fixture.h"
 #include "tests/operator/cluster_objects.h"
 #include "tests/operator/wait_until.h"
@@ -43,6 +48,7 @@ class RunningOperator {
     thread_.join();
   }
   controller::Manager& manager() { return manager_; }
+  ClusterReader& reader() { return *parts_.reader; }
 
  private:
   static controller::ManagerOptions options() {
@@ -100,6 +106,50 @@ TEST_F(JobControllerTest, ManagerRunsTheJobAndARestartMakesNoDuplicates) {
   ASSERT_EQ(pods().size(), 2u);
   for (const json& p : pods()) EXPECT_NE(std::find(uids.begin(), uids.end(), p["metadata"]["uid"]), uids.end());
   EXPECT_EQ(phase(), "Running");
+}
+
+std::set<std::string> names(const std::vector<json>& objects) {
+  std::set<std::string> out;
+  for (const json& o : objects) out.insert(o["metadata"].value("namespace", "") + "/" + o["metadata"].value("name", ""));
+  return out;
+}
+
+json object(const std::string& kind, const std::string& ns, const std::string& name, const json& labels,
+            const std::string& phase = "") {
+  json o = {{"apiVersion", "v1"}, {"kind", kind}, {"metadata", {{"name", name}, {"namespace", ns}, {"labels", labels}}}};
+  if (kind == "Pod") {
+    o["spec"] = {{"nodeName", "train-1"}, {"containers", json::array({{{"name", "c"}, {"image", "c:1"}}})}};
+    o["status"] = {{"phase", phase}};
+  }
+  if (kind == "ConfigMap") o["data"] = {{"k", "v"}};
+  return o;
+}
+
+TEST_F(JobControllerTest, InformersHoldOnlyOwnedObjectsAndLabelledInputs) {
+  server_.put_object(object("Namespace", "", "team-b", json::object()));
+  server_.put_object(object("Pod", "team-b", "serving", json::object(), "Running"));
+  server_.put_object(object("Pod", "team-b", "batch-done", json::object(), "Succeeded"));
+  server_.put_object(object("ConfigMap", "default", "unrelated", json::object()));
+  // In another namespace, so that planning in "default" never reads them.
+  server_.put_object(object("ConfigMap", "team-b", "profile", {{PROFILE_LABEL, "true"}}));
+  server_.put_object(object("ConfigMap", "team-b", "calibration", {{CALIBRATION_LABEL, "true"}}));
+  RunningOperator op(*client_);
+  create_job();
+  ASSERT_TRUE(eventually([&] { return pods().size() == 2; })) << server_.recent_requests_text();
+  controller::Manager& m = op.manager();
+  const std::string owned = JOB_LABEL;
+  ASSERT_TRUE(eventually([&] { return m.informer_for(kube::pods_type(), "", owned).list().size() == 2; }));
+  EXPECT_EQ(names(m.informer_for(kube::pods_type(), "", owned).list()),
+            (std::set<std::string>{"default/fm-worker-0", "default/fm-worker-1"}));
+  EXPECT_EQ(names(m.informer_for(kube::config_maps_type(), "", owned).list()), (std::set<std::string>{"default/fm-plan"}));
+  EXPECT_EQ(names(m.informer_for(kube::config_maps_type(), "", PROFILE_LABEL).list()), (std::set<std::string>{"team-b/profile"}));
+  EXPECT_EQ(names(m.informer_for(kube::config_maps_type(), "", CALIBRATION_LABEL).list()),
+            (std::set<std::string>{"team-b/calibration"}));
+  EXPECT_EQ(names(op.reader().config_maps("team-b")), (std::set<std::string>{"team-b/profile", "team-b/calibration"}));
+  EXPECT_EQ(names(op.reader().config_maps("default")), (std::set<std::string>{"default/fm-plan"}));  // not "unrelated"
+  // GPU accounting: every active pod of the cluster, the finished one left out.
+  EXPECT_EQ(names(op.reader().all_pods()),
+            (std::set<std::string>{"default/fm-worker-0", "default/fm-worker-1", "team-b/serving"}));
 }
 
 }  // namespace
