@@ -3,7 +3,7 @@
 // the zoo MLP, a checkpoint every 5 steps): a rank killed with SIGKILL at a random step, a rank
 // stopped (SIGSTOP) past the collective timeout, a checkpoint disk that fills up (a small tmpfs
 // mounted over the checkpoint folder; skipped where mounting is not allowed), a corrupt or
-// half-written newest checkpoint, and a rendezvous delayed (rank 0 stopped while rank 1 waits
+// half-written newest checkpoint, a profile measurement killed while planning, and a rendezvous delayed (rank 0 stopped while rank 1 waits
 // for it) or dropped (rank 0 killed during it). Each ends in a clear state: the job fails naming
 // the rank and the cause and leaves no worker behind, and --resume continues from the last good
 // checkpoint (which no fault may lose or leave half-written); a delayed rendezvous still
@@ -248,6 +248,27 @@ TEST(RunnerFaults, DroppedRendezvousFailsNamingTheMaster) {
   const std::string rank1 = test::read_text(rank_log(dir, 1));
   EXPECT_NE(rank1.find("rendezvous"), std::string::npos) << "rank 1 does not name the rendezvous it lost:\n" << rank1;
   for (const auto& [rank, pid] : pids) EXPECT_TRUE(process_gone(pid)) << "rank " << rank << " outlived the job";
+}
+
+// A profile measurement killed while `qsync run` plans (the ranks' profiles run as one joined
+// pool): the runner fails at once naming the measurement and its log, instead of waiting for
+// the other profiler's collective timeout, and leaves no profiler running.
+TEST(RunnerFaults, KilledProfileMeasurementFailsPlanningAtOnce) {
+  TempDir dir;
+  const std::string job = dir.write("job.yaml", job_yaml(10));
+  Process runner = start_runner(dir, job, {}, "faulted");
+  std::map<int, pid_t> pids;
+  ASSERT_TRUE(test::poll_until([&] { return (pids = worker_pids(runner.pid())).size() == 2 || !runner.running(); }, 60s));
+  ASSERT_EQ(pids.size(), 2u) << runner.out() << runner.err();
+  ASSERT_EQ(runner.out().find("started 2 workers"), std::string::npos) << "training began before the fault";
+  ::kill(pids[0], SIGKILL);
+  const auto t0 = std::chrono::steady_clock::now();
+  const RunnerRun r = finish_runner(runner, dir, "faulted", 60s);
+  EXPECT_EQ(r.code, 1) << r.out << r.err;
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 20s) << "the runner waited for the other profiler's timeout";
+  EXPECT_NE(r.err.find("planning measurement failed"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("killed by signal 9"), std::string::npos) << r.err;
+  for (const auto& [rank, pid] : pids) EXPECT_TRUE(process_gone(pid)) << "profiler " << rank << " outlived the run";
 }
 
 }  // namespace
