@@ -3,8 +3,8 @@
 // the zoo MLP, a checkpoint every 5 steps): a rank killed with SIGKILL at a random step, a rank
 // stopped (SIGSTOP) past the collective timeout, a checkpoint disk that fills up (a small tmpfs
 // mounted over the checkpoint folder; skipped where mounting is not allowed), a corrupt or
-// half-written newest checkpoint, a profile measurement killed while planning, and a rendezvous delayed (rank 0 stopped while rank 1 waits
-// for it) or dropped (rank 0 killed during it). Each ends in a clear state: the job fails naming
+// half-written newest checkpoint, a profile measurement killed while planning, and a rendezvous
+// delayed (rank 0 stopped while rank 1 waits for it) or dropped (rank 0 killed during it). Each ends in a clear state: the job fails naming
 // the rank and the cause and leaves no worker behind, and --resume continues from the last good
 // checkpoint (which no fault may lose or leave half-written); a delayed rendezvous still
 // succeeds.
