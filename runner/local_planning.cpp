@@ -4,14 +4,18 @@
 
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <fcntl.h>
 #include <filesystem>
 #include <stdexcept>
+#include <thread>
 #include <vector>
 
 #include "planner/device_profile.h"
@@ -63,19 +67,30 @@ void start_measurement(Measurement& m) {
 }
 
 // Waits for every started measurement; throws naming the first failed command and its log.
+// The measurements run as one pool (a rendezvous): once one fails, the others would wait for it
+// until their collective timeout, so they are killed at once.
 void finish_measurements(std::vector<Measurement>& ms) {
   std::string failed;
-  for (Measurement& m : ms) {
-    if (m.pid < 0) continue;
-    int status = 0;
-    while (waitpid(m.pid, &status, 0) < 0 && errno == EINTR) {
+  for (size_t left = std::count_if(ms.begin(), ms.end(), [](const Measurement& m) { return m.pid >= 0; }); left > 0;) {
+    bool reaped = false;
+    for (Measurement& m : ms) {
+      if (m.pid < 0) continue;
+      int status = 0;
+      const pid_t got = waitpid(m.pid, &status, WNOHANG);
+      if (got == 0 || (got < 0 && errno == EINTR)) continue;
+      m.pid = -1;
+      --left;
+      reaped = true;
+      if ((got < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0) && failed.empty()) {
+        std::string cmd;
+        for (const std::string& a : m.args) cmd += (cmd.empty() ? "" : " ") + a;
+        failed = "planning measurement failed: `" + cmd + "` (see " + m.log + ")";
+        if (got > 0 && WIFSIGNALED(status)) failed += ", killed by signal " + std::to_string(WTERMSIG(status));
+        for (const Measurement& other : ms)
+          if (other.pid >= 0) kill(other.pid, SIGKILL);
+      }
     }
-    m.pid = -1;
-    if ((!WIFEXITED(status) || WEXITSTATUS(status) != 0) && failed.empty()) {
-      std::string cmd;
-      for (const std::string& a : m.args) cmd += (cmd.empty() ? "" : " ") + a;
-      failed = "planning measurement failed: `" + cmd + "` (see " + m.log + ")";
-    }
+    if (!reaped) std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   if (!failed.empty()) throw std::runtime_error(failed);
 }

@@ -103,7 +103,10 @@ std::optional<WatchEvent> watch_event_from_line(const std::string& line, const K
   }
   WatchEvent parsed{event["type"].get<std::string>(), event.contains("object") ? event["object"] : json::object()};
   if (parsed.type == "ERROR") {
-    int status_code = parsed.object.value("code", 500);
+    // A code of another type (or an object that is not a Status) is the generic 500, not a type_error.
+    const json& status = parsed.object;
+    const int status_code = status.is_object() && status.contains("code") && status["code"].is_number_integer()
+                                ? status["code"].get<int>() : 500;
     throw kube_error_from_response(status_code, parsed.object.dump(), "watch", path);
   }
   return parsed;

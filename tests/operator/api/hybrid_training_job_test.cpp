@@ -193,6 +193,28 @@ TEST(HybridTrainingJob, BadStatusNamesTheField) {
   }
 }
 
+// Found by tests/fuzz (hybrid_training_job): apiVersion, kind or metadata fields of another JSON
+// type escaped as nlohmann's type_error; each is refused naming the field.
+TEST(HybridTrainingJob, TopLevelFieldsOfAnotherTypeAreRefusedNamingThem) {
+  const std::vector<std::pair<json, std::string>> cases = {
+      {{{"apiVersion", "qsync.dev/v1alpha1"}, {"kind", {{"spec", 1}}}}, "expected apiVersion"},
+      {{{"apiVersion", 3}}, "expected apiVersion"},
+      {{{"metadata", "fm"}}, "metadata must be a mapping"},
+      {{{"metadata", {{"name", {{"a", 1}}}}}}, "metadata.name must be a string"},
+      {{{"metadata", {{"name", "fm"}, {"namespace", 5}}}}, "metadata.namespace must be a string"},
+      {{{"metadata", {{"name", "fm"}, {"generation", "2"}}}}, "metadata.generation must be an integer"},
+  };
+  for (const auto& [object, expected] : cases) {
+    SCOPED_TRACE(object.dump());
+    try {
+      (void)hybrid_training_job_from_json(object);
+      ADD_FAILURE() << "accepted";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find(expected), std::string::npos) << e.what();
+    }
+  }
+}
+
 struct InvalidCase {
   const char* what;
   const char* patch;     // JSON merge patch applied to minimal_job()["spec"]

@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "operator/kube/kube_client.h"
+#include "operator/kube/kube_http.h"
 #include "tests/operator/kube/scripted_api_server.h"
 
 namespace qsync::kube {
@@ -293,6 +294,24 @@ TEST(KubeWatchTest, MalformedEventIsATransportError) {
     EXPECT_TRUE(is_transport(e));
     EXPECT_NE(std::string(e.what()).find("malformed watch event"), std::string::npos);
   }
+}
+
+// Found by tests/fuzz (kube_watch_event): an ERROR event whose code is not an integer (or whose
+// object is not a Status) escaped as nlohmann's type_error; it is the API's generic 500 error.
+TEST(KubeWatchTest, ErrorEventWithAnOddCodeIsA500) {
+  KubeConfig config;
+  config.server = "http://127.0.0.1:1";
+  for (const std::string& line : {std::string(R"({"type":"ERROR","object":{"kind":"Status","code":"410"}})"),
+                                  std::string(R"({"type":"ERROR","object":7})")}) {
+    SCOPED_TRACE(line);
+    try {
+      (void)watch_event_from_line(line, config, "/api/v1/pods");
+      ADD_FAILURE() << "an ERROR event was accepted";
+    } catch (const KubeError& e) {
+      EXPECT_EQ(e.code(), 500) << e.what();
+    }
+  }
+  EXPECT_FALSE(watch_event_from_line("  \r", config, "/api/v1/pods").has_value());
 }
 
 }  // namespace
