@@ -150,7 +150,11 @@ uint64_t fnv1a_64(const std::string& text) {
 
 int64_t shape_numel(const Shape& s) {
   int64_t n = 1;
-  for (int64_t d : s) n *= d;
+  for (int64_t d : s) {
+    if (__builtin_mul_overflow(n, d, &n))
+      throw std::invalid_argument("shape " + shape_string(s) + " has more elements than a 64-bit count holds: "
+                                  "check the model's dimensions");
+  }
   return n;
 }
 

@@ -184,7 +184,7 @@ int main(int argc, char** argv) {
     planner_seeds();
     checkpoint_seeds();
     protocol_seeds();
-    for (const char* t : {"job_file", "model_desc"}) fs::create_directories(g_out / "seeds" / t);  // examples/ seeds them
+    for (const char* t : {"job_file", "model_desc", "onnx_model"}) fs::create_directories(g_out / "seeds" / t);  // examples/, tests/golden/onnx seed them
     for (const auto& t : fs::directory_iterator(g_out / "seeds")) fs::create_directories(g_out / "corpus" / t.path().filename());
     fs::create_directories(g_out / "artifacts");
   } catch (const std::exception& e) {

@@ -353,3 +353,15 @@ TEST(ModelDesc, FindLooksUpPathsThenTheZoo) {
 
 }  // namespace
 }  // namespace qsync
+
+// Found by the onnx_model fuzz target: an ONNX Reshape to (4294967295, 7696581459970) overflowed
+// the element count (signed overflow); an overflowing shape is refused, naming the shape.
+TEST(ShapeNumel, AnOverflowingShapeIsRefusedNamingIt) {
+  EXPECT_EQ(qsync::shape_numel({2, 3, 4}), 24);
+  try {
+    (void)qsync::shape_numel({4294967295, 7696581459970});
+    FAIL() << "no error";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("(4294967295, 7696581459970)"), std::string::npos) << e.what();
+  }
+}
