@@ -56,7 +56,9 @@ KubeError::KubeError(int code, std::string reason, std::string message, std::str
 KubeError kube_error_from_response(int http_code, const std::string& body, const std::string& verb,
                                    const std::string& path) {
   nlohmann::json status = nlohmann::json::parse(body, nullptr, /*allow_exceptions=*/false);
-  if (status.is_object() && status.value("kind", "") == "Status") {
+  // A "kind" of another type (a number, say) is not a Status: the body is reported as it came.
+  if (status.is_object() && status.contains("kind") && status["kind"].is_string() &&
+      status["kind"].get<std::string>() == "Status") {
     int code = http_code;
     if (code == 0 && status.contains("code") && status["code"].is_number_integer()) code = status["code"].get<int>();
     std::string reason;

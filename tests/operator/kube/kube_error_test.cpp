@@ -73,6 +73,12 @@ TEST(KubeErrorTest, NonStatusBodiesGiveReasonFromCodeAndBodyStart) {
   EXPECT_EQ(json_not_status.reason(), "NotFound");
   EXPECT_TRUE(is_not_found(json_not_status));
 
+  // A "kind" that is not a string is not a Status (found by the kube_watch_event fuzz target:
+  // it used to escape as nlohmann's type_error).
+  KubeError kind_number = kube_error_from_response(500, R"({"kind":1,"reason":"Expired"})", "watch", "/x");
+  EXPECT_EQ(kind_number.reason(), "InternalError");
+  EXPECT_NE(kind_number.api_message().find("\"kind\":1"), std::string::npos);
+
   std::string long_body(5000, 'x');
   KubeError truncated = kube_error_from_response(429, long_body, "get", "/x");
   EXPECT_EQ(truncated.reason(), "TooManyRequests");
