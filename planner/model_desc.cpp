@@ -130,7 +130,7 @@ std::string canonical_text(const ModelDesc& m) {
       for (int64_t a : l.axes) t += std::to_string(a) + ",";
       t += " eps=" + number(l.eps) + " momentum=" + number(l.momentum);
       for (const GraphTensor& c : l.constants) t += " const=" + c.name + shape_string(c.dims);
-      for (const GraphTensor& c : l.initial) t += " init=" + c.name + shape_string(c.dims);
+      for (const GraphTensor& c : l.initial) t += " init=" + c.name + shape_string(c.dims) + (c.tied ? " tied" : "");
     }
     t += "\n";
   });
@@ -193,6 +193,7 @@ const char* layer_kind_name(LayerKind k) {
     case LayerKind::MATMUL: return "matmul";
     case LayerKind::GATHER: return "gather";
     case LayerKind::WHERE: return "where";
+    case LayerKind::PAD: return "pad";
   }
   return "unknown";
 }

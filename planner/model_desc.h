@@ -42,6 +42,7 @@ enum class LayerKind : uint8_t {
   // ONNX graphs (planner/model_onnx.h): GRAPH runs its children as a DAG (their graph_inputs);
   // the kinds below are its nodes' own (the ones above are reused where they match).
   GRAPH, BATCHNORM, UNARY, BINARY, SOFTMAX, AVGPOOL2D, RESHAPE, TRANSPOSE, CONCAT, MATMUL, GATHER, WHERE,
+  PAD,  // zero padding, negative amounts crop (ONNX Pad; each output of Split)
 };
 const char* layer_kind_name(LayerKind k);  // the YAML spelling
 
@@ -50,6 +51,11 @@ struct GraphTensor {
   std::string name;  // the ONNX initializer (or Constant) it came from
   Shape dims;        // its ONNX dims (an operand broadcasts against the full (B, ...) shape)
   std::shared_ptr<const std::vector<float>> values;  // row-major, shape_numel(dims) entries
+  // An initial value: true when an earlier layer of the graph trains the same initializer (`name`,
+  // same dims and values: tied embeddings); the layer then shares that layer's parameter (one
+  // parameter, the gradients of both uses summed) and does not count it in its parameter_count.
+  // An empty name is never tied.
+  bool tied = false;
 };
 
 struct LayerDesc {
@@ -77,6 +83,7 @@ struct LayerDesc {
   std::vector<GraphTensor> constants;  // constant operands (BINARY, WHERE) and kept state (BATCHNORM)
   std::vector<GraphTensor> initial;    // initial parameter values, in the layer's parameter order
   std::vector<int64_t> axes;           // TRANSPOSE: perm; CONCAT, SOFTMAX: axis (per sample, batch excluded);
+                                       // PAD: per-sample amounts before (r entries) then after (r), < 0 crops;
                                        // BINARY, WHERE: per operand, 1 an activation, 0 a constant, 2 a
                                        // trained parameter (BINARY; its initial value in `initial`)
   double eps = 1e-5, momentum = 0.9;   // BATCHNORM (ONNX momentum: running = running * m + batch * (1 - m))

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 
 #include "planner/model_onnx_build.h"
@@ -230,6 +231,35 @@ void bind_input(Builder& b, ModelDesc& m) {
   b.values[in.name] = v;
 }
 
+// An initializer trained by several nodes (a GPT's token embedding Gather and its output MatMul
+// on the transposed table, one weight used twice) is one parameter: its later uses are marked
+// tied (the worker shares the first use's parameter) and leave their layer's parameter count.
+// The uses must see it in one layout (the engine's linear weight (N, K) is the Gather table
+// (vocab, dim) of the same initializer: Gemm transB=1 or MatMul of its Transpose); other layouts
+// would be two copies trained apart, and are refused.
+void tie_shared_initializers(Builder& b) {
+  std::map<std::string, std::pair<const LayerDesc*, const GraphTensor*>> first;
+  for (LayerDesc& l : b.layers) {
+    for (GraphTensor& t : l.initial) {
+      if (t.name.empty()) continue;
+      const auto [it, inserted] = first.emplace(t.name, std::make_pair(&l, &t));
+      if (inserted) continue;
+      const LayerDesc& owner = *it->second.first;
+      const GraphTensor& o = *it->second.second;
+      if (&owner == &l || o.dims != t.dims || *o.values != *t.values)
+        throw std::invalid_argument(
+            b.source + ": initializer '" + t.name + "' is trained by layer '" + owner.name + "' (" + owner.op + ") as " +
+            shape_string(o.dims) + " and by layer '" + l.name + "' (" + l.op + ") as " + shape_string(t.dims) +
+            (o.dims == t.dims ? " in another layout" : "") +
+            "; the engine ties a weight shared by two nodes only in one layout (an embedding table and a "
+            "linear layer reading it transposed, or one weight used twice): export the second use as "
+            "MatMul(x, Transpose(weight)) or Gemm with transB=1, or give it a weight of its own");
+      t.tied = true;
+      l.parameter_count -= int64_t(t.values->size());
+    }
+  }
+}
+
 void bind_output(Builder& b, ModelDesc& m) {
   if (b.graph->outputs.size() != 1)
     throw std::invalid_argument(b.source + ": the graph has " + std::to_string(b.graph->outputs.size()) +
@@ -320,6 +350,7 @@ ModelDesc model_desc_from_onnx(std::string_view bytes, const std::string& source
                     onnx_supported_ops() + ")");
   }
   if (b.layers.empty()) throw std::invalid_argument(source_name + ": the graph has no nodes the engine can train");
+  tie_shared_initializers(b);
   bind_output(b, m);
   m.root.name = "";
   m.root.kind = LayerKind::GRAPH;

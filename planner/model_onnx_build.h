@@ -63,6 +63,8 @@ void map_flatten(Builder& b, const onnx::Node& n);
 void map_reshape(Builder& b, const onnx::Node& n);
 void map_transpose(Builder& b, const onnx::Node& n);
 void map_concat(Builder& b, const onnx::Node& n);
+void map_pad(Builder& b, const onnx::Node& n);
+void map_split(Builder& b, const onnx::Node& n);
 // Single-input ops of the engine's own kinds (relu, gelu, dropout, softmax, unary), model_onnx_ops.cpp.
 void map_simple(Builder& b, const onnx::Node& n, LayerKind kind);
 // Fusions (model_onnx_fusion.cpp). bias_add: the Add after MatMul node `index` adding a 1-D bias of
@@ -71,6 +73,19 @@ const onnx::Node* bias_add(Builder& b, const onnx::Node& n, size_t index, int64_
 // The exact-erf GELU pattern starting at Div node `index`: maps it as one gelu layer; false when
 // the nodes after it are not that pattern.
 bool fuse_gelu(Builder& b, const onnx::Node& div, size_t index);
+
+// Window attributes of Conv / MaxPool / AveragePool (model_onnx_ops.cpp): a square kernel (from
+// kernel_shape, else the weight's), equal strides and pads, dilation 1; the output size.
+struct ConvWindow {
+  int64_t kernel = 0, stride = 1, pad = 0;
+};
+ConvWindow window(Builder& b, const onnx::Node& n, int64_t kernel_from_weight);
+int64_t window_out(Builder& b, const onnx::Node& n, int64_t in, const ConvWindow& w);
+// Conv (model_onnx_conv.cpp); with `groups` > 1 per group a crop of its input channels (PAD) and
+// an engine conv2d of its slice of the weight, then a Concat of the groups' outputs.
+void map_conv(Builder& b, const onnx::Node& n);
+void map_grouped_conv(Builder& b, const onnx::Node& n, const Value& x, const onnx::TensorData& w,
+                      const onnx::TensorData* bias, int64_t groups, const ConvWindow& win);
 
 GraphTensor graph_tensor(const onnx::TensorData& t);
 int64_t attr_int(const onnx::Node& n, const char* name, int64_t fallback);

@@ -1,7 +1,9 @@
 // File: planner/model_onnx_layout.cpp
 // ONNX nodes that move data: GlobalAveragePool (the engine's pool and a (C, 1, 1) view),
 // Flatten, Reshape (the batch kept: its first entry -1 or 0), Transpose (the batch stays first)
-// and Concat (off the batch). Per-sample shapes inferred, anything else refused naming the node.
+// Concat (off the batch), Pad (constant zeros, negative pads crop) and Split (each output a crop:
+// a PAD layer reading the same input). Per-sample shapes inferred, anything else refused naming
+// the node.
 #include <algorithm>
 
 #include "planner/model_onnx_build.h"
@@ -108,6 +110,99 @@ void map_concat(Builder& b, const onnx::Node& n) {
     l.out_shape[size_t(axis)] += s[size_t(axis)];
   }
   b.add_layer(n, std::move(l));
+}
+
+namespace {
+
+// A PAD layer of `x`: per-sample before/after amounts (negative: crop) in l.axes = [before..., after...].
+LayerDesc pad_layer(Builder& b, const onnx::Node& n, const Value& x, const std::vector<int64_t>& before,
+                    const std::vector<int64_t>& after) {
+  LayerDesc l = leaf(b, n, LayerKind::PAD);
+  from(l, x);
+  l.axes = before;
+  l.axes.insert(l.axes.end(), after.begin(), after.end());
+  constexpr int64_t limit = int64_t(1) << 30;  // beyond any tensor the engine trains (and no overflow below)
+  for (size_t d = 0; d < x.shape.size(); ++d) {
+    if (before[d] > limit || before[d] < -limit || after[d] > limit || after[d] < -limit)
+      b.fail(n, "pads (" + std::to_string(before[d]) + ", " + std::to_string(after[d]) + ") of dimension " +
+                    std::to_string(d + 1) + " are out of range");
+    const int64_t out = x.shape[d] + before[d] + after[d];
+    if (out <= 0 || -before[d] >= x.shape[d] || -after[d] >= x.shape[d])
+      b.fail(n, "pads (" + std::to_string(before[d]) + ", " + std::to_string(after[d]) + ") of dimension " +
+                    std::to_string(d + 1) + " leave nothing of its " + std::to_string(x.shape[d]) + " entries");
+    l.out_shape.push_back(out);
+  }
+  return l;
+}
+
+}  // namespace
+
+// Pad (opset 11+: pads, optional constant_value and axes inputs; mode constant with value 0).
+void map_pad(Builder& b, const onnx::Node& n) {
+  const Value& x = b.activation(n, 0);
+  if (const onnx::Attribute* a = n.attribute("mode"); a && !a->s.empty() && a->s != "constant")
+    b.fail(n, "mode '" + a->s + "' is not supported; the engine pads with zeros (mode 'constant', F.pad's default)");
+  const std::vector<int64_t> pads = n.inputs.size() > 1 ? b.constant(n, 1).ints : attr_ints(n, "pads");
+  if (n.inputs.size() > 2 && !n.inputs[2].empty()) {
+    const onnx::TensorData& v = b.constant(n, 2);
+    for (float f : v.floats)
+      if (f != 0.0f) b.fail(n, "constant_value " + std::to_string(f) + " is not supported; the engine pads with zeros");
+    for (int64_t i : v.ints)
+      if (i != 0) b.fail(n, "constant_value " + std::to_string(i) + " is not supported; the engine pads with zeros");
+  }
+  const size_t full = x.shape.size() + 1;
+  std::vector<int64_t> axes;
+  if (n.inputs.size() > 3 && !n.inputs[3].empty()) axes = b.constant(n, 3).ints;
+  else for (size_t d = 0; d < full; ++d) axes.push_back(int64_t(d));
+  if (pads.size() != 2 * axes.size())
+    b.fail(n, "pads has " + std::to_string(pads.size()) + " entries for " + std::to_string(axes.size()) + " axes (2 per axis)");
+  std::vector<int64_t> before(x.shape.size(), 0), after(x.shape.size(), 0);
+  for (size_t k = 0; k < axes.size(); ++k) {
+    const int64_t a = axes[k] < 0 ? axes[k] + int64_t(full) : axes[k];
+    if (a < 0 || a >= int64_t(full)) b.fail(n, "axis " + std::to_string(axes[k]) + " is out of range");
+    if (a == 0) {
+      if (pads[k] != 0 || pads[k + axes.size()] != 0) b.fail(n, "pads the batch dimension; pad only per-sample axes");
+      continue;
+    }
+    before[size_t(a - 1)] = pads[k];
+    after[size_t(a - 1)] = pads[k + axes.size()];
+  }
+  b.add_layer(n, pad_layer(b, n, x, before, after));
+}
+
+// Split: output i is the crop of its part along the (per-sample) axis; sizes from the `split`
+// input (opset 13+) or attribute, else equal parts (num_outputs, or the outputs' count).
+void map_split(Builder& b, const onnx::Node& n) {
+  const Value& x = b.activation(n, 0);
+  const int64_t axis = sample_axis(b, n, attr_int(n, "axis", 0), x.shape.size());
+  const int64_t dim = x.shape[size_t(axis)];
+  std::vector<int64_t> sizes = n.inputs.size() > 1 && !n.inputs[1].empty() ? b.constant(n, 1).ints : attr_ints(n, "split");
+  const int64_t parts = int64_t(n.outputs.size());
+  if (sizes.empty()) {
+    if (parts == 0 || dim % parts != 0)
+      b.fail(n, "splits " + std::to_string(dim) + " entries into " + std::to_string(parts) + " equal parts");
+    sizes.assign(size_t(parts), dim / parts);
+  }
+  int64_t total = 0;
+  for (int64_t s : sizes) total += s < 0 || s > dim ? dim + 1 : s;  // (a part outside 0..dim fails below)
+  if (int64_t(sizes.size()) != parts || total != dim)
+    b.fail(n, "split sizes " + shape_string(sizes) + " must be " + std::to_string(parts) + " parts summing to " +
+                  std::to_string(dim));
+  int64_t offset = 0;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    std::vector<int64_t> before(x.shape.size(), 0), after(x.shape.size(), 0);
+    before[size_t(axis)] = -offset;
+    after[size_t(axis)] = -(dim - offset - sizes[i]);
+    offset += sizes[i];
+    if (n.outputs[i].empty() || sizes[i] == 0) continue;
+    LayerDesc l = pad_layer(b, n, x, before, after);
+    Value v;
+    v.producer = int(b.layers.size());
+    v.shape = l.out_shape;
+    l.op = n.op_type;
+    b.layers.push_back(std::move(l));
+    b.values[n.outputs[i]] = v;
+  }
 }
 
 }  // namespace qsync::onnx_build

@@ -50,6 +50,36 @@ int64_t sample_axis(Builder& b, const onnx::Node& n, int64_t axis, size_t r) {
   return axis - 1;
 }
 
+// Window attributes of Conv / MaxPool / AveragePool: square kernel, equal strides and pads.
+ConvWindow window(Builder& b, const onnx::Node& n, int64_t kernel_from_weight) {
+  ConvWindow w;
+  std::vector<int64_t> k = attr_ints(n, "kernel_shape");
+  if (k.empty() && kernel_from_weight > 0) k = {kernel_from_weight, kernel_from_weight};
+  if (k.size() != 2 || k[0] != k[1]) b.fail(n, "the engine supports square 2-D windows only (kernel_shape [k, k])");
+  w.kernel = k[0];
+  const std::vector<int64_t> s = attr_ints(n, "strides");
+  if (!s.empty() && (s.size() != 2 || s[0] != s[1])) b.fail(n, "strides must be equal in both dimensions");
+  if (!s.empty()) w.stride = s[0];
+  const std::vector<int64_t> p = attr_ints(n, "pads");
+  if (!p.empty() && (p.size() != 4 || p[0] != p[1] || p[0] != p[2] || p[0] != p[3]))
+    b.fail(n, "pads must be the same on every side");
+  if (!p.empty()) w.pad = p[0];
+  for (int64_t d : attr_ints(n, "dilations"))
+    if (d != 1) b.fail(n, "dilations other than 1 are not supported");
+  if (const onnx::Attribute* a = n.attribute("auto_pad"); a && !a->s.empty() && a->s != "NOTSET")
+    b.fail(n, "auto_pad " + a->s + " is not supported; export with explicit pads (PyTorch does)");
+  if (attr_int(n, "ceil_mode", 0) != 0) b.fail(n, "ceil_mode 1 is not supported; use ceil_mode=False");
+  if (w.kernel < 1 || w.stride < 1 || w.pad < 0)
+    b.fail(n, "kernel " + std::to_string(w.kernel) + ", stride " + std::to_string(w.stride) + ", pad " +
+                  std::to_string(w.pad) + ": kernel and stride must be at least 1 and pads not negative");
+  return w;
+}
+
+int64_t window_out(Builder& b, const onnx::Node& n, int64_t in, const ConvWindow& w) {
+  if (in + 2 * w.pad < w.kernel) b.fail(n, "the window is larger than the padded input");
+  return (in + 2 * w.pad - w.kernel) / w.stride + 1;
+}
+
 namespace {
 
 bool all_finite(const onnx::TensorData& t) {
@@ -102,60 +132,6 @@ Shape full_of(const Value& v) {
   return s;
 }
 
-// Window attributes of Conv / MaxPool / AveragePool: square kernel, equal strides and pads.
-struct Window {
-  int64_t kernel = 0, stride = 1, pad = 0;
-};
-Window window(Builder& b, const onnx::Node& n, int64_t kernel_from_weight) {
-  Window w;
-  std::vector<int64_t> k = attr_ints(n, "kernel_shape");
-  if (k.empty() && kernel_from_weight > 0) k = {kernel_from_weight, kernel_from_weight};
-  if (k.size() != 2 || k[0] != k[1]) b.fail(n, "the engine supports square 2-D windows only (kernel_shape [k, k])");
-  w.kernel = k[0];
-  const std::vector<int64_t> s = attr_ints(n, "strides");
-  if (!s.empty() && (s.size() != 2 || s[0] != s[1])) b.fail(n, "strides must be equal in both dimensions");
-  if (!s.empty()) w.stride = s[0];
-  const std::vector<int64_t> p = attr_ints(n, "pads");
-  if (!p.empty() && (p.size() != 4 || p[0] != p[1] || p[0] != p[2] || p[0] != p[3]))
-    b.fail(n, "pads must be the same on every side");
-  if (!p.empty()) w.pad = p[0];
-  for (int64_t d : attr_ints(n, "dilations"))
-    if (d != 1) b.fail(n, "dilations other than 1 are not supported");
-  if (const onnx::Attribute* a = n.attribute("auto_pad"); a && !a->s.empty() && a->s != "NOTSET")
-    b.fail(n, "auto_pad " + a->s + " is not supported; export with explicit pads (PyTorch does)");
-  if (attr_int(n, "ceil_mode", 0) != 0) b.fail(n, "ceil_mode 1 is not supported; use ceil_mode=False");
-  if (w.kernel < 1 || w.stride < 1 || w.pad < 0)
-    b.fail(n, "kernel " + std::to_string(w.kernel) + ", stride " + std::to_string(w.stride) + ", pad " +
-                  std::to_string(w.pad) + ": kernel and stride must be at least 1 and pads not negative");
-  return w;
-}
-
-int64_t window_out(Builder& b, const onnx::Node& n, int64_t in, const Window& w) {
-  if (in + 2 * w.pad < w.kernel) b.fail(n, "the window is larger than the padded input");
-  return (in + 2 * w.pad - w.kernel) / w.stride + 1;
-}
-
-void map_conv(Builder& b, const onnx::Node& n) {
-  const Value& x = b.activation(n, 0);
-  need_rank(b, n, x, 3, "(C, H, W)");
-  const onnx::TensorData& w = b.constant(n, 1);
-  if (attr_int(n, "group", 1) != 1) b.fail(n, "grouped convolutions (group > 1) are not supported");
-  if (w.dims.size() != 4 || w.dims[1] != x.shape[0])
-    b.fail(n, "weight " + shape_string(w.dims) + " does not match input channels " + std::to_string(x.shape[0]));
-  const Window win = window(b, n, w.dims[2]);
-  if (w.dims[2] != win.kernel || w.dims[3] != win.kernel) b.fail(n, "weight dims do not match kernel_shape");
-  LayerDesc l = leaf(b, n, LayerKind::CONV2D, true);
-  from(l, x);
-  l.out = w.dims[0];
-  l.kernel = win.kernel;
-  l.stride = win.stride;
-  l.padding = win.pad;
-  l.bias = n.inputs.size() > 2 && !n.inputs[2].empty();
-  l.initial.push_back(graph_tensor(w));
-  if (l.bias) l.initial.push_back(graph_tensor(b.constant(n, 2)));
-  infer(b, n, l);
-  b.add_layer(n, std::move(l));
-}
 
 void linear_layer(Builder& b, const onnx::Node& n, const Value& x, GraphTensor w, const onnx::TensorData* bias,
                   const std::vector<std::string>& outputs) {
@@ -245,7 +221,7 @@ void map_batchnorm(Builder& b, const onnx::Node& n) {
 void map_pool(Builder& b, const onnx::Node& n) {
   const Value& x = b.activation(n, 0);
   need_rank(b, n, x, 3, "(C, H, W)");
-  const Window w = window(b, n, 0);
+  const ConvWindow w = window(b, n, 0);
   if (n.op_type == "AveragePool" && w.pad > 0 && attr_int(n, "count_include_pad", 0) == 0)
     b.fail(n, "padded average pooling must count the padding (count_include_pad=1, PyTorch's default)");
   if (2 * w.pad > w.kernel) b.fail(n, "pads must be at most half the kernel");
@@ -322,7 +298,8 @@ void map_layernorm(Builder& b, const onnx::Node& n) {
   if (n.inputs.size() > 2 && !n.inputs[2].empty()) {
     l.initial.push_back(graph_tensor(b.constant(n, 2)));
   } else {
-    l.initial.push_back(GraphTensor{"zeros", {C}, std::make_shared<const std::vector<float>>(size_t(C), 0.0f)});
+    // no initializer: a bias of its own (unnamed, so never tied to another layer's)
+    l.initial.push_back(GraphTensor{"", {C}, std::make_shared<const std::vector<float>>(size_t(C), 0.0f)});
   }
   infer(b, n, l);
   b.add_layer(n, std::move(l));
@@ -361,8 +338,8 @@ const std::vector<std::string>& supported_ops() {
   static const std::vector<std::string> ops = [] {
     std::vector<std::string> v = {"Add", "AveragePool", "BatchNormalization", "Concat", "Conv", "Div", "Dropout",
                                   "Erf", "Flatten", "Gather", "Gelu", "Gemm", "GlobalAveragePool", "LayerNormalization",
-                                  "MatMul", "MaxPool", "Mul", "Relu", "Reshape", "Sigmoid", "Softmax", "Sub", "Tanh",
-                                  "Transpose", "Where"};
+                                  "MatMul", "MaxPool", "Mul", "Pad", "Relu", "Reshape", "Sigmoid", "Softmax", "Split", "Sub",
+                                  "Tanh", "Transpose", "Where"};
     std::sort(v.begin(), v.end());
     return v;
   }();
@@ -381,6 +358,8 @@ bool map_node(Builder& b, const onnx::Node& n, size_t index) {
   else if (op == "Reshape") map_reshape(b, n);
   else if (op == "Transpose") map_transpose(b, n);
   else if (op == "Concat") map_concat(b, n);
+  else if (op == "Pad") map_pad(b, n);
+  else if (op == "Split") map_split(b, n);
   else if (op == "Div" && fuse_gelu(b, n, index)) return true;
   else if (op == "Add" || op == "Sub" || op == "Mul" || op == "Div" || op == "Where") map_elementwise(b, n);
   else if (op == "Gather") map_gather(b, n);

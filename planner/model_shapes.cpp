@@ -154,6 +154,7 @@ void infer_shapes(LayerDesc& l, const Shape& in, bool token_ids, int64_t vocab) 
     case LayerKind::MATMUL:
     case LayerKind::GATHER:
     case LayerKind::WHERE:
+    case LayerKind::PAD:
       shape_error(std::string("layer kind ") + layer_kind_name(l.kind) +
                   " exists only in ONNX graphs, whose shapes planner/model_onnx.cpp infers");
   }

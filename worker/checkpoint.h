@@ -1,5 +1,5 @@
 // File: worker/checkpoint.h
-// Training checkpoints: weights, optimizer state, step, data position and seed, in one binary
+// Training checkpoints: weights, optimizer state, running statistics, step, data position and seed, in one binary
 // file with a versioned header (magic, version, model hash) and a trailing checksum, written
 // atomically (temp file + fsync + rename). A checkpoint of another model, a truncated or corrupt
 // file, or a parameter whose name or size differs is refused with an error naming the cause.
@@ -20,10 +20,13 @@ struct CheckpointMeta {
   uint64_t seed = 0;
   uint64_t model_hash = 0;
   LossScaleState loss_scale;   // dynamic loss scaling's state (version 2; version 1: the defaults)
+  uint32_t version = 0;        // checkpoint_load: the file's format version (saving writes the current one)
 };
 
-// Version 2 adds the loss-scale state; version 1 files still load.
-inline constexpr uint32_t CHECKPOINT_VERSION = 2;
+// Version 2 adds the loss-scale state, version 3 the running statistics (BatchNorm's running mean
+// and variance, Model::running_statistics). Versions 1 and 2 still load: they hold no running
+// statistics, so the model keeps its own (the ONNX file's values); meta.version tells the caller.
+inline constexpr uint32_t CHECKPOINT_VERSION = 3;
 
 // <dir>/latest.qckpt
 std::string checkpoint_path(const std::string& dir);

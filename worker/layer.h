@@ -91,6 +91,26 @@ class OpClock {
   TimeMark start_;
 };
 
+// Statistics a layer keeps across steps besides its parameters (BatchNorm's running mean and
+// variance, PyTorch's "buffers"): model state that checkpoints save and that data parallelism keeps
+// equal on every rank (worker/dist/running_stats_sync.h: after each step, the step's update is
+// redone from the sums over every rank's batch, so the statistics are those of the global batch).
+class RunningStatistics {
+ public:
+  struct Buffer {
+    std::string name;            // "<layer>.running_mean"
+    std::vector<float>* values;  // owned by the layer
+  };
+  virtual ~RunningStatistics() = default;
+  virtual std::vector<Buffer> buffers() = 0;
+  // The sums over this rank's batch of the last training forward since the last update_from_sums
+  // (zeros when there was none): batch_sums_size() doubles, a count fixed by the model.
+  virtual int64_t batch_sums_size() const = 0;
+  virtual void batch_sums(double* out) const = 0;
+  // Redoes that forward's update of the statistics from the sums over every rank's batch.
+  virtual void update_from_sums(const double* sums) = 0;
+};
+
 class Layer {
  public:
   explicit Layer(const LayerDesc& desc) : desc_(desc) {}
@@ -111,10 +131,17 @@ class Layer {
   virtual void collect_parameters(std::vector<Parameter*>& out) { (void)out; }
   // Deterministic initialization from `rng` (PyTorch-style defaults).
   virtual void init_parameters(std::mt19937_64& rng) { (void)rng; }
+  // After the model placed its parameters in the flat buffers: a layer whose parameters are other
+  // layers' (tied weights, GraphLayer) points those at the owners' values and gradients. Only the
+  // root layer is asked (an ONNX model's root is its graph).
+  virtual void share_parameters() {}
   // GEMM-like layers take their precision from the plan; containers recurse.
   virtual void apply_plan(const RankPlan& plan) { (void)plan; }
   // Bytes currently held for backward (the saved activations).
   virtual int64_t saved_bytes() const { return 0; }
+  // The layer's running statistics (nullptr: none). Containers do not forward their children's:
+  // Model::visit_layers reaches every layer.
+  virtual RunningStatistics* running_statistics() { return nullptr; }
 
   // Whether backward must return dx. The model's input needs none (it is data), so the layers
   // before the first one with parameters are skipped and that one returns an undefined tensor

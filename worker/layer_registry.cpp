@@ -49,6 +49,7 @@ std::unique_ptr<Layer> layer_create(const LayerDesc& d, MemoryAccount* memory) {
     case LayerKind::MATMUL: return std::make_unique<MatMulLayer>(d, memory);
     case LayerKind::GATHER: return std::make_unique<GatherLayer>(d, memory);
     case LayerKind::WHERE: return std::make_unique<WhereLayer>(d, memory);
+    case LayerKind::PAD: return std::make_unique<PadLayer>(d, memory);
   }
   throw std::invalid_argument("layer '" + d.name + "': the engine has no implementation of kind " +
                               std::to_string(int(d.kind)));

@@ -18,6 +18,10 @@ Model::Model(const ModelDesc& desc, MemoryAccount* memory, uint64_t seed, Device
   std::mt19937_64 rng(seed);
   root_->init_parameters(rng);
   place_parameters(memory);
+  root_->share_parameters();  // tied weights: one parameter, the gradients of its uses summed
+  visit_layers([this](Layer& l) {
+    if (RunningStatistics* r = l.running_statistics()) running_statistics_.push_back(r);
+  });
 }
 
 void Model::place_parameters(MemoryAccount* memory) {

@@ -26,6 +26,8 @@ class Model {
   const ModelDesc& desc() const { return desc_; }
   DeviceOps& ops() const { return *ops_; }
   const std::vector<Parameter*>& parameters() const { return parameters_; }
+  // The layers' running statistics (BatchNorm's), in forward order: checkpointed, synchronized.
+  const std::vector<RunningStatistics*>& running_statistics() const { return running_statistics_; }
   // The flat buffers (elements, padding included) and a parameter's offset in them.
   const Tensor& flat_values() const { return values_; }
   Tensor& flat_gradients() { return grads_; }
@@ -59,6 +61,7 @@ class Model {
   DeviceOps* ops_;
   std::unique_ptr<Layer> root_;
   std::vector<Parameter*> parameters_;
+  std::vector<RunningStatistics*> running_statistics_;
   std::vector<int64_t> offsets_;  // per parameter (parameters_ order), elements into the flat buffers
   Tensor values_, grads_;         // (total) FP32 each
 };

@@ -5,6 +5,8 @@
 #include <cstring>
 #include <map>
 
+#include "worker/dist/running_stats_sync.h"
+
 #if defined(QSYNC_WITH_CUDA)
 #include "worker/ops/cuda/cuda_ops.h"
 #endif
@@ -32,8 +34,8 @@ void fill_targets(const std::vector<int32_t>& targets, Tensor& host) {
 }  // namespace
 
 RankStep::RankStep(Model& model, Optimizer& opt, GradientSync* sync, LossScaler& scaler, const Shape& batch_shape,
-                   int64_t positions, MemoryAccount* memory)
-    : model_(model), opt_(opt), sync_(sync), scaler_(scaler), memory_(memory) {
+                   int64_t positions, MemoryAccount* memory, Collectives* collectives)
+    : model_(model), opt_(opt), sync_(sync), collectives_(collectives), scaler_(scaler), memory_(memory) {
   DeviceOps& ops = model.ops();
   x_host_ = Tensor::empty(batch_shape, Precision::FP32, ops.device().is_host() ? memory : nullptr, "input batch");
   targets_host_ = Tensor::empty({positions}, Precision::FP32, nullptr, "targets");  // int32
@@ -85,6 +87,7 @@ StepOutcome RankStep::run(StepContext& ctx, float loss_divisor) {
   ops.record_time(phases, "optimizer", update, ops.time_mark());
   if (sync_ != nullptr) sync_->await_completion();
   ops.synchronize();  // the step's one wait for the device
+  if (collectives_ != nullptr) running_statistics_all_reduce(model_, *collectives_);  // host buffers
   res.settle();
   opt_.settle();
   StepOutcome out;

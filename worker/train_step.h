@@ -8,6 +8,8 @@
 //   update   the optimizer (unscaled by the loss scale, skipping non-finite steps), then the
 //            step's one synchronization of the device: the loss sums, the optimizer's result
 //            and the op timings reach the host
+//   stats    with the job's collectives: the running statistics (BatchNorm's) made those of the
+//            global batch on every rank (worker/dist/running_stats_sync.h)
 // Phase times come from the device's timeline (host clock on CPUs, CUDA events on GPUs).
 #pragma once
 
@@ -33,8 +35,9 @@ struct StepOutcome {
 class RankStep {
  public:
   // The batch tensors are (batch_shape) FP32 and (positions) int32 on the model's device.
+  // `collectives`: the job's (more than one rank), for the running statistics; nullptr: one rank.
   RankStep(Model& model, Optimizer& opt, GradientSync* sync, LossScaler& scaler, const Shape& batch_shape,
-           int64_t positions, MemoryAccount* memory);
+           int64_t positions, MemoryAccount* memory, Collectives* collectives = nullptr);
   ~RankStep();
   RankStep(const RankStep&) = delete;
   RankStep& operator=(const RankStep&) = delete;
@@ -55,6 +58,7 @@ class RankStep {
   Model& model_;
   Optimizer& opt_;
   GradientSync* sync_;
+  Collectives* collectives_;
   LossScaler& scaler_;
   MemoryAccount* memory_;
   Tensor x_host_, targets_host_;  // pinned on GPU ranks (registered host memory)

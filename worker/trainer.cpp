@@ -133,6 +133,9 @@ TrainSummary train_run_reporting(const TrainConfig& c, TerminationReport& report
       data->set_position({meta.data_epoch, meta.data_index});
       report.checkpoint_step = step;
       events.message("resumed from " + ckpt + " at step " + std::to_string(step));
+      if (meta.version < 3 && !model.running_statistics().empty())
+        events.message("checkpoint format version " + std::to_string(meta.version) +
+                       " holds no running statistics: the BatchNorm layers restart from the model file's");
     } else {
       events.message("no checkpoint at " + ckpt + ": starting from scratch");
     }
@@ -174,7 +177,7 @@ TrainSummary train_run_reporting(const TrainConfig& c, TerminationReport& report
   const double positions_per_sample = double(data->positions_per_sample());
   const float loss_divisor = float(double(global_batch) * positions_per_sample);  // global mean
   RankStep step_runner(model, opt, sync.get(), scaler, batch_shape(desc, local_batch),
-                       local_batch * data->positions_per_sample(), &memory);
+                       local_batch * data->positions_per_sample(), &memory, world > 1 ? coll.get() : nullptr);
   std::vector<double> step_seconds, compute_seconds, wait_seconds, allreduce_seconds, optimizer_seconds, stats_seconds;
   int64_t skipped_steps = 0;
   std::vector<int64_t> step_faults;  // minor page faults of each step (the step itself and its stats)

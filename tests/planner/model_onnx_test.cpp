@@ -145,5 +145,45 @@ TEST(ModelOnnx, ConvPoolsAndResidualAddsInferShapes) {
                                       {"'/c/Conv' (Conv)", "group"});
 }
 
+// F.pad (a Pad of constant zeros) and torch.split / chunk (Split, each output a crop read by its
+// own consumers); reflect padding, a non-zero value and a padded batch are refused naming the fix.
+TEST(ModelOnnx, PadAndSplitBecomePadLayers) {
+  w::GraphSpec g;
+  g.inputs = {w::value_info("input", 1, {-1, 6})};
+  g.outputs = {w::value_info("y", 1, {-1, 4})};
+  g.initializers = {w::int_tensor("pads", {4}, {0, 1, 0, 1}), w::int_tensor("sizes", {2}, {3, 5})};
+  g.nodes = {w::node("Pad", "/Pad", {"input", "pads"}, {"p"}),                 // (8)
+             w::node("Split", "/Split", {"p", "sizes"}, {"a", "b"}, {w::attr_int("axis", 1)}),  // (3), (5)
+             w::node("Concat", "/Concat", {"a", "b"}, {"c"}, {w::attr_int("axis", 1)}),         // (8)
+             w::node("Split", "/Split2", {"c"}, {"y", "z"}, {w::attr_int("axis", -1)})};       // equal: (4), (4)
+  const ModelDesc m = model_desc_from_onnx(w::model(g), "pad.onnx");
+  const auto& c = m.root.children;
+  ASSERT_EQ(c.size(), 6u);  // Pad, 2 + 2 Split parts, Concat
+  EXPECT_EQ(c[0].kind, LayerKind::PAD);
+  EXPECT_EQ(c[0].out_shape, (Shape{8}));
+  EXPECT_EQ(c[0].axes, (std::vector<int64_t>{1, 1}));
+  EXPECT_EQ(c[1].out_shape, (Shape{3}));
+  EXPECT_EQ(c[1].axes, (std::vector<int64_t>{0, -5}));
+  EXPECT_EQ(c[2].out_shape, (Shape{5}));
+  EXPECT_EQ(c[2].axes, (std::vector<int64_t>{-3, 0}));
+  EXPECT_EQ(c[2].graph_inputs, (std::vector<int>{0}));
+  EXPECT_EQ(c[4].axes, (std::vector<int64_t>{0, -4}));
+  EXPECT_EQ(c[5].axes, (std::vector<int64_t>{-4, 0}));
+  EXPECT_EQ(m.root.graph_inputs, (std::vector<int>{4}));  // y: the first part of /Split2
+
+  w::GraphSpec bad = g;
+  bad.nodes[0] = w::node("Pad", "/Pad", {"input", "pads"}, {"p"}, {w::attr_string("mode", "reflect")});
+  expect_error<std::invalid_argument>([&] { (void)model_desc_from_onnx(w::model(bad), "r.onnx"); },
+                                      {"'/Pad' (Pad)", "mode 'reflect'", "zeros"});
+  bad = g;
+  bad.initializers[0] = w::int_tensor("pads", {4}, {1, 1, 0, 1});
+  expect_error<std::invalid_argument>([&] { (void)model_desc_from_onnx(w::model(bad), "b.onnx"); },
+                                      {"'/Pad' (Pad)", "batch"});
+  bad = g;
+  bad.initializers[1] = w::int_tensor("sizes", {2}, {3, 4});
+  expect_error<std::invalid_argument>([&] { (void)model_desc_from_onnx(w::model(bad), "s.onnx"); },
+                                      {"'/Split' (Split)", "summing to 8"});
+}
+
 }  // namespace
 }  // namespace qsync

@@ -92,6 +92,13 @@ inline Attr attr_ints(const std::string& name, const std::vector<int64_t>& v) {
   bytes_field(a.encoded, 8, packed);
   return a;
 }
+inline Attr attr_string(const std::string& name, const std::string& v) {
+  Attr a;
+  bytes_field(a.encoded, 1, name);
+  int_field(a.encoded, 20, 3);
+  bytes_field(a.encoded, 4, v);
+  return a;
+}
 inline Attr attr_tensor(const std::string& name, const std::string& tensor_proto) {
   Attr a;
   bytes_field(a.encoded, 1, name);

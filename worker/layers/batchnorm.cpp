@@ -2,6 +2,7 @@
 // Batch normalization forward (batch or running statistics) next to its backward (see batchnorm.h).
 #include "worker/layers/batchnorm.h"
 
+#include <algorithm>
 #include <cmath>
 #include <stdexcept>
 
@@ -10,6 +11,14 @@
 #include "worker/layers/shape_check.h"
 
 namespace qsync {
+namespace {
+
+// running * momentum + batch * (1 - momentum), the one formula of the local and the global update.
+float running_update(float running, double batch, float momentum) {
+  return float(running * momentum + batch * (1 - momentum));
+}
+
+}  // namespace
 
 BatchNormLayer::BatchNormLayer(const LayerDesc& d, MemoryAccount* memory) : Layer(d) {
   if (d.in_shape.empty()) throw std::invalid_argument("layer '" + d.name + "': batchnorm needs (C, ...) inputs");
@@ -48,6 +57,14 @@ Tensor BatchNormLayer::forward(const Tensor& x_in, StepContext& ctx) {
     xhat = host_empty(x.shape(), ctx, name() + ".xhat");
     rstd = Tensor::empty({C_}, Precision::FP32, nullptr, name() + ".rstd");
   }
+  if (ctx.training) {
+    mean_before_ = running_mean_;
+    var_before_ = running_var_;
+    pending_ = true;
+    pending_n_ = n;
+    pending_sum_.assign(size_t(C_), 0.0);
+    pending_m2_.assign(size_t(C_), 0.0);
+  }
   float* xh = ctx.training ? xhat.f32() : nullptr;
   float* rs = ctx.training ? rstd.f32() : nullptr;
   const float* wp = w.f32();
@@ -67,8 +84,10 @@ Tensor BatchNormLayer::forward(const Tensor& x_in, StepContext& ctx) {
         }
       var = s2 / double(n);
       const double unbiased = n > 1 ? s2 / double(n - 1) : var;
-      running_mean_[size_t(c)] = float(running_mean_[size_t(c)] * m + mean * (1 - m));
-      running_var_[size_t(c)] = float(running_var_[size_t(c)] * m + unbiased * (1 - m));
+      running_mean_[size_t(c)] = running_update(running_mean_[size_t(c)], mean, m);
+      running_var_[size_t(c)] = running_update(running_var_[size_t(c)], unbiased, m);
+      pending_sum_[size_t(c)] = s;
+      pending_m2_[size_t(c)] = s2;
     } else {
       mean = running_mean_[size_t(c)];
       var = running_var_[size_t(c)];
@@ -87,6 +106,43 @@ Tensor BatchNormLayer::forward(const Tensor& x_in, StepContext& ctx) {
   xhat_ = xhat;
   rstd_ = rstd;
   return to_rank(y, ctx, name() + ".out");
+}
+
+std::vector<RunningStatistics::Buffer> BatchNormLayer::buffers() {
+  return {{name() + ".running_mean", &running_mean_}, {name() + ".running_var", &running_var_}};
+}
+
+// [n, sum (C), squared deviations from the local mean (C), n * mean^2 (C)]: over ranks these add
+// up to the global batch's count, sum and (with the global mean) squared deviations.
+void BatchNormLayer::batch_sums(double* out) const {
+  std::fill(out, out + batch_sums_size(), 0.0);
+  if (!pending_ || pending_n_ == 0) return;
+  const double n = double(pending_n_);
+  out[0] = n;
+  for (int64_t c = 0; c < C_; ++c) {
+    const double mean = pending_sum_[size_t(c)] / n;
+    out[1 + c] = pending_sum_[size_t(c)];
+    out[1 + C_ + c] = pending_m2_[size_t(c)];
+    out[1 + 2 * C_ + c] = n * mean * mean;
+  }
+}
+
+void BatchNormLayer::update_from_sums(const double* sums) {
+  const double n = sums[0];
+  if (n > 0) {
+    const float m = float(desc_.momentum);
+    const std::vector<float>& mean0 = pending_ ? mean_before_ : running_mean_;
+    const std::vector<float>& var0 = pending_ ? var_before_ : running_var_;
+    for (int64_t c = 0; c < C_; ++c) {
+      const double mean = sums[1 + c] / n;
+      // sum of (m2_r + n_r mean_r^2) - n mean^2: the global squared deviations (never below 0)
+      const double m2 = std::max(0.0, sums[1 + C_ + c] + sums[1 + 2 * C_ + c] - n * mean * mean);
+      const double unbiased = n > 1 ? m2 / (n - 1) : m2 / n;
+      running_mean_[size_t(c)] = running_update(mean0[size_t(c)], mean, m);
+      running_var_[size_t(c)] = running_update(var0[size_t(c)], unbiased, m);
+    }
+  }
+  pending_ = false;
 }
 
 // dx = rstd / n * (n * dxhat - sum(dxhat) - xhat * sum(dxhat * xhat)), dxhat = dy * weight.

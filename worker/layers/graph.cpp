@@ -2,6 +2,7 @@
 // The ONNX graph as a layer: forward in topological order, backward in reverse (see graph.h).
 #include "worker/layers/graph.h"
 
+#include <map>
 #include <stdexcept>
 
 #include "worker/layers/shape_check.h"
@@ -36,6 +37,43 @@ GraphLayer::GraphLayer(const LayerDesc& d, MemoryAccount* memory) : Layer(d) {
     throw std::invalid_argument("graph layer '" + d.name + "': output node out of range");
   last_reader_[size_t(output_)] = int(children_.size());
   desc_.out_shape = d.children[size_t(output_)].out_shape;
+  find_tied_parameters();
+}
+
+// Pairs each tied initial value's parameter with the parameter of the initializer's first use.
+void GraphLayer::find_tied_parameters() {
+  std::map<std::string, Parameter*> owner;  // initializer name -> the parameter of its first use
+  for (auto& child : children_) {
+    const std::vector<GraphTensor>& initial = child->desc().initial;
+    std::vector<Parameter*> params;
+    child->collect_parameters(params);
+    for (size_t k = 0; k < initial.size() && k < params.size(); ++k) {
+      const GraphTensor& g = initial[k];
+      if (!g.tied) {
+        if (!g.name.empty()) owner.emplace(g.name, params[k]);
+        continue;
+      }
+      const auto it = owner.find(g.name);
+      if (it == owner.end() || it->second->value.shape() != params[k]->value.shape())
+        throw std::invalid_argument("graph node '" + child->name() + "': parameter '" + params[k]->name +
+                                    "' is tied to initializer '" + g.name + "', which no earlier node trains in " +
+                                    tensor_shape_string(params[k]->value.shape()));
+      tied_.emplace_back(params[k], it->second);
+    }
+  }
+}
+
+bool GraphLayer::is_tied_use(const Parameter* p) const {
+  for (const auto& [use, shared] : tied_)
+    if (use == p) return true;
+  return false;
+}
+
+void GraphLayer::share_parameters() {
+  for (auto& [use, shared] : tied_) {
+    use->value = shared->value;  // views of the model's flat buffers
+    use->grad = shared->grad;
+  }
 }
 
 Tensor GraphLayer::forward(const Tensor& x, StepContext& ctx) {
@@ -99,7 +137,10 @@ Tensor GraphLayer::backward(const Tensor& dy, StepContext& ctx) {
 }
 
 void GraphLayer::collect_parameters(std::vector<Parameter*>& out) {
-  for (auto& child : children_) child->collect_parameters(out);
+  std::vector<Parameter*> all;
+  for (auto& child : children_) child->collect_parameters(all);
+  for (Parameter* p : all)
+    if (!is_tied_use(p)) out.push_back(p);
 }
 
 void GraphLayer::init_parameters(std::mt19937_64& rng) {

@@ -1,5 +1,6 @@
 // File: worker/layers/graph_layout.cpp
-// Softmax, Reshape, Transpose and Concat of ONNX graphs: forward next to backward (graph_ops.h).
+// Softmax, Reshape, Transpose, Concat and Pad of ONNX graphs: forward next to backward (graph_ops.h).
+#include <algorithm>
 #include <cmath>
 #include <stdexcept>
 
@@ -195,6 +196,65 @@ std::vector<Tensor> ConcatLayer::backward_inputs(const Tensor& dy_in, StepContex
     dxs.push_back(to_rank(dx, ctx, name() + ".dx"));
   }
   return dxs;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Pad (and crop)
+
+PadLayer::PadLayer(const LayerDesc& d, MemoryAccount* memory) : Layer(d) {
+  (void)memory;
+  const size_t r = d.in_shape.size();
+  if (d.axes.size() != 2 * r)
+    throw std::invalid_argument("layer '" + d.name + "': pad needs " + std::to_string(2 * r) + " amounts, has " +
+                                std::to_string(d.axes.size()));
+  Shape out(r);
+  for (size_t i = 0; i < r; ++i) out[i] = d.in_shape[i] + d.axes[i] + d.axes[r + i];
+  if (out != d.out_shape || shape_numel(out) <= 0)
+    throw std::invalid_argument("layer '" + d.name + "': pads of " + tensor_shape_string(d.in_shape) + " give " +
+                                tensor_shape_string(out) + ", not " + tensor_shape_string(d.out_shape));
+  std::vector<int64_t> in_strides(r, 1);
+  for (size_t i = r; i-- > 1;) in_strides[i - 1] = in_strides[i] * d.in_shape[i];
+  source_.assign(size_t(shape_numel(out)), -1);
+  std::vector<int64_t> idx(r, 0);  // the output multi-index
+  for (size_t o = 0; o < source_.size(); ++o) {
+    int64_t src = 0;
+    bool inside = true;
+    for (size_t i = 0; i < r && inside; ++i) {
+      const int64_t at = idx[i] - d.axes[i];
+      inside = at >= 0 && at < d.in_shape[i];
+      src += at * in_strides[i];
+    }
+    if (inside) source_[o] = src;
+    for (size_t i = r; i-- > 0;) {
+      if (++idx[i] < out[i]) break;
+      idx[i] = 0;
+    }
+  }
+}
+
+Tensor PadLayer::forward(const Tensor& x_in, StepContext& ctx) {
+  const int64_t B = check_batched(x_in, desc_.in_shape, name(), "input");
+  const Tensor x = host_of(x_in);
+  Tensor y = host_empty(with_batch(B, desc_.out_shape), ctx, name() + ".out");
+  const int64_t in = shape_numel(desc_.in_shape), out = int64_t(source_.size());
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t o = 0; o < out; ++o) {
+      const int64_t s = source_[size_t(o)];
+      y.f32()[b * out + o] = s < 0 ? 0.0f : x.f32()[b * in + s];
+    }
+  return to_rank(y, ctx, name() + ".out");
+}
+
+Tensor PadLayer::backward(const Tensor& dy_in, StepContext& ctx) {
+  const int64_t B = check_batched(dy_in, desc_.out_shape, name(), "dy");
+  const Tensor dy = host_of(dy_in);
+  Tensor dx = host_empty(with_batch(B, desc_.in_shape), ctx, name() + ".dx");
+  const int64_t in = shape_numel(desc_.in_shape), out = int64_t(source_.size());
+  std::fill(dx.f32(), dx.f32() + dx.numel(), 0.0f);  // cropped entries get no gradient
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t o = 0; o < out; ++o)
+      if (const int64_t s = source_[size_t(o)]; s >= 0) dx.f32()[b * in + s] = dy.f32()[b * out + o];
+  return to_rank(dx, ctx, name() + ".dx");
 }
 
 }  // namespace qsync

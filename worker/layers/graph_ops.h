@@ -9,6 +9,8 @@
 //   GatherLayer     token ids (B, T) (floats) -> rows of a trained (V, C) table: (B, T, C);
 //                   ids out of range are refused with their position. No input gradient.
 //   AvgPool2dLayer  (B, C, H, W) mean over k x k windows, zero padding counted (PyTorch's default)
+//   PadLayer        zeros before/after each per-sample axis, negative amounts crop (Pad, Split's
+//                   outputs); backward takes dy's entries that came from x
 #pragma once
 
 #include "worker/layers/graph.h"
@@ -87,6 +89,16 @@ class AvgPool2dLayer : public Layer {
 
  private:
   int64_t C_ = 0, H_ = 0, W_ = 0, Ho_ = 0, Wo_ = 0;
+};
+
+class PadLayer : public Layer {
+ public:
+  PadLayer(const LayerDesc& d, MemoryAccount* memory);
+  Tensor forward(const Tensor& x, StepContext& ctx) override;
+  Tensor backward(const Tensor& dy, StepContext& ctx) override;
+
+ private:
+  std::vector<int64_t> source_;  // per output element of a sample: the input element it copies, -1 a zero
 };
 
 }  // namespace qsync

@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "tests/worker/dist/dist_test_support.h"
+#include "tests/worker/dist/forked_ranks.h"
 #include "worker/dist/collectives.h"
 
 #if QSYNC_TEST_WITH_CUDA
@@ -22,93 +23,12 @@ namespace qsync {
 namespace {
 
 using std::chrono::milliseconds;
+using test::expect;
+using test::expect_all_succeeded;
+using test::Mismatch;
+using test::RankResult;
+using test::run_ranks;
 using test::Stopwatch;
-
-// Thrown inside a rank to report a wrong result.
-struct Mismatch : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
-
-void expect(bool ok, const std::string& what) {
-  if (!ok) throw Mismatch(what);
-}
-
-struct RankResult {
-  int exit_code = -1;
-  std::string message;
-};
-
-using RankBody = std::function<void(int rank, Rendezvous&, Collectives&)>;
-
-// Forks `world_size` ranks; each joins the rendezvous, connects Gloo with `timeout` and runs
-// `body`. Exit code 0: body returned; 2: body threw Mismatch; 3: CollectiveError; 4: other error.
-// A rank still running after `limit` is killed (exit code -SIGKILL). Retries if the port got taken.
-std::vector<RankResult> run_ranks(int world_size, milliseconds timeout, const RankBody& body,
-                                  milliseconds limit = milliseconds(20000)) {
-  std::vector<RankResult> results;
-  for (int attempt = 0; attempt < 3; ++attempt) {
-    const int port = test::free_port();
-    std::vector<pid_t> pids;
-    std::vector<int> pipes;
-    for (int rank = 0; rank < world_size; ++rank) {
-      int fds[2];
-      if (::pipe(fds) != 0) throw std::runtime_error("test setup: pipe failed");
-      const pid_t pid = ::fork();
-      if (pid == 0) {
-        ::close(fds[0]);
-        int code = 0;
-        std::string message;
-        try {
-          RendezvousConfig c;
-          c.master_port = port;
-          c.rank = rank;
-          c.world_size = world_size;
-          c.timeout = milliseconds(10000);
-          Rendezvous rv(c);
-          std::unique_ptr<Collectives> coll = collectives_gloo(rv, timeout);
-          body(rank, rv, *coll);
-        } catch (const Mismatch& e) {
-          code = 2, message = e.what();
-        } catch (const CollectiveError& e) {
-          code = 3, message = e.what();
-        } catch (const std::exception& e) {
-          code = 4, message = e.what();
-        }
-        if (::write(fds[1], message.data(), message.size()) < 0) code = 5;
-        ::_exit(code);
-      }
-      ::close(fds[1]);
-      pids.push_back(pid);
-      pipes.push_back(fds[0]);
-    }
-    results.assign(world_size, {});
-    Stopwatch clock;
-    for (int rank = 0; rank < world_size; ++rank) {
-      int status = 0;
-      while (::waitpid(pids[rank], &status, WNOHANG) == 0) {
-        if (clock.seconds() * 1000 > static_cast<double>(limit.count())) {
-          for (pid_t pid : pids) ::kill(pid, SIGKILL);  // only our own children
-        }
-        std::this_thread::sleep_for(milliseconds(5));
-      }
-      results[rank].exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
-      char buffer[4096];
-      ssize_t n = 0;
-      while ((n = ::read(pipes[rank], buffer, sizeof buffer)) > 0) results[rank].message.append(buffer, n);
-      ::close(pipes[rank]);
-    }
-    bool port_taken = false;
-    for (const RankResult& r : results) port_taken |= r.message.find("is in use") != std::string::npos;
-    if (!port_taken) break;
-  }
-  return results;
-}
-
-void expect_all_succeeded(const std::vector<RankResult>& results) {
-  for (size_t r = 0; r < results.size(); ++r) {
-    EXPECT_EQ(results[r].exit_code, 0) << "rank " << r << ": " << results[r].message;
-  }
-}
 
 void exercise_every_collective(int rank, Collectives& coll) {
   const int w = coll.world_size();

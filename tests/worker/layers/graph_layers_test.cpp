@@ -3,7 +3,7 @@
 // plain formulas written here (the _ref of each), backwards against central differences
 // (tests/worker/gradient_check.h), multi-input layers inside a GraphLayer (which also checks the
 // graph's summing of gradients of values read twice). Awkward shapes: odd sizes, broadcasts of
-// a leading 1, a trained operand.
+// a leading 1, a trained operand, pads that crop.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -221,6 +221,39 @@ TEST(AvgPool2dLayer, CountsThePaddingAndChecksGradients) {
   EXPECT_NEAR(y.f32()[4], s / 9.0, 1e-6);
   const auto r = gradient_check(l, x);
   EXPECT_TRUE(r.ok) << r.report();
+}
+
+// Pad of (2, 3, 4) by (0, 0) on C, (1, 2) on H and a crop (-1, 1) on W -> (2, 6, 4); its _ref is
+// the plain formula y[c, h, w] = x[c, h - 1, w + 1] inside, 0 outside. A Split output is a crop.
+TEST(PadLayer, ZeroPadsAndCropsEachAxisAndChecksGradients) {
+  LayerDesc d = node("pad", LayerKind::PAD, "Pad", {-1}, {{2, 3, 4}}, {2, 6, 4});
+  d.axes = {0, 1, -1, 0, 2, 1};
+  PadLayer l(d, nullptr);
+  std::mt19937_64 rng(8);
+  const Tensor x = testing::random_tensor({2, 2, 3, 4}, rng);
+  const Tensor y = forward_eval(l, x);
+  ASSERT_EQ(y.shape(), (Shape{2, 2, 6, 4}));
+  for (int64_t b = 0; b < 2; ++b)
+    for (int64_t c = 0; c < 2; ++c)
+      for (int64_t h = 0; h < 6; ++h)
+        for (int64_t w = 0; w < 4; ++w) {
+          const int64_t hs = h - 1, ws = w + 1;
+          const bool inside = hs >= 0 && hs < 3 && ws >= 0 && ws < 4;
+          const float want = inside ? x.f32()[((b * 2 + c) * 3 + hs) * 4 + ws] : 0.0f;
+          EXPECT_EQ(y.f32()[((b * 2 + c) * 6 + h) * 4 + w], want) << b << " " << c << " " << h << " " << w;
+        }
+  const auto r = gradient_check(l, x);
+  EXPECT_TRUE(r.ok) << r.report();
+  LayerDesc crop = node("split_1", LayerKind::PAD, "Split", {-1}, {{5}}, {2});  // entries 1..2 of 5
+  crop.axes = {-1, -2};
+  PadLayer part(crop, nullptr);
+  const Tensor v = testing::tensor_from({1, 5}, {10, 11, 12, 13, 14});
+  const Tensor got = forward_eval(part, v);
+  EXPECT_EQ(got.f32()[0], 11.0f);
+  EXPECT_EQ(got.f32()[1], 12.0f);
+  LayerDesc wrong = d;
+  wrong.out_shape = {2, 5, 4};
+  EXPECT_THROW(PadLayer(wrong, nullptr), std::invalid_argument);
 }
 
 }  // namespace
