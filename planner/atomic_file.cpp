@@ -1,6 +1,7 @@
 // File: planner/atomic_file.cpp
 // Atomic whole-file writes (temp file beside the target, write, fsync, rename, fsync of the
-// directory) and whole-file reads, with errors that name the path, the step and strerror.
+// directory), atomic second names (a hard link renamed into place) and whole-file reads, with
+// errors that name the path, the step and strerror.
 #include "planner/atomic_file.h"
 
 #include <fcntl.h>
@@ -77,6 +78,14 @@ void fsync_directory(const std::string& path) {
   if (::fsync(fd) != 0 && errno != EINVAL) io_fail(path, "fsync of directory '" + dir + "'", errno);
 }
 
+// link(2)'s answers for a filesystem (or a file) that cannot have a second name.
+bool no_hard_links(int err) {
+#if defined(EOPNOTSUPP) && EOPNOTSUPP != ENOTSUP
+  if (err == EOPNOTSUPP) return true;
+#endif
+  return err == EPERM || err == EXDEV || err == EMLINK || err == ENOTSUP;
+}
+
 }  // namespace
 
 void atomic_file_write(const std::string& path, std::string_view bytes) {
@@ -101,6 +110,25 @@ void atomic_file_write(const std::string& path, std::string_view bytes) {
     throw;
   }
   fsync_directory(path);
+}
+
+bool atomic_file_link(const std::string& existing, const std::string& path) {
+  std::string temp;
+  for (int attempt = 0;; ++attempt) {
+    temp = temp_name_for(path, attempt);
+    if (::link(existing.c_str(), temp.c_str()) == 0) break;
+    const int err = errno;
+    if (no_hard_links(err)) return false;
+    if (err != EEXIST || attempt >= 100)
+      io_fail(path, "linking temp name '" + temp + "' to '" + existing + "'", err);
+  }
+  if (::rename(temp.c_str(), path.c_str()) != 0) {
+    const int err = errno;
+    ::unlink(temp.c_str());
+    io_fail(path, "renaming temp link '" + temp + "' onto it", err);
+  }
+  fsync_directory(path);
+  return true;
 }
 
 std::string file_read_all(const std::string& path) {

@@ -116,6 +116,11 @@ std::vector<Field> build_spec_fields() {
   f.push_back(Field::integer("spec.checkpoint.intervalSteps", "Checkpoint every this many steps (0: never).")
                   .at_least(0)
                   .with_default(100));
+  f.push_back(Field::integer("spec.checkpoint.keep",
+                             "Checkpoints kept (the newest first); a resume falls back to an older one when the newest "
+                             "is damaged. The volume must hold keep + 1 of them while one is written.")
+                  .at_least(1)
+                  .with_default(2));
 
   f.push_back(Field::string("spec.image", "The worker image.").non_empty().with_default("ghcr.io/qsync/qsync-worker:0.1.0"));
   f.push_back(Field::string("spec.imagePullPolicy", "The workers' image pull policy.").one_of({"Always", "IfNotPresent", "Never"}));

@@ -273,7 +273,7 @@ JobSpec job_spec_from_json(const json& input) {
   s.eval_limit = json_integer(spec, "evalLimit");
   s.eval_every = json_integer(spec, "evalEvery");
   const json& c = spec["checkpoint"];
-  s.checkpoint = {json_text(c, "dir"), volume_from(c), json_integer(c, "intervalSteps")};
+  s.checkpoint = {json_text(c, "dir"), volume_from(c), json_integer(c, "intervalSteps"), json_integer(c, "keep")};
   s.image = json_text(spec, "image");
   s.image_pull_policy = json_text(spec, "imagePullPolicy");
   if (spec.contains("resources"))
@@ -340,7 +340,7 @@ json to_json(const JobSpec& s) {
   out["seed"] = s.seed;
   out["evalLimit"] = s.eval_limit;
   out["evalEvery"] = s.eval_every;
-  json checkpoint = {{"intervalSteps", s.checkpoint.interval_steps}};
+  json checkpoint = {{"intervalSteps", s.checkpoint.interval_steps}, {"keep", s.checkpoint.keep}};
   put_text(checkpoint, "dir", s.checkpoint.dir);
   if (s.checkpoint.volume) checkpoint["volume"] = volume_json(*s.checkpoint.volume);
   out["checkpoint"] = checkpoint;

@@ -15,7 +15,7 @@
 //     optimizer: {name: adamw, lr: 0.002, weightDecay: 0, warmupSteps: 0, gradClip: 0, schedule: cosine}
 //     steps: 400                              # or epochs: 1.5
 //     globalBatch: 128
-//     checkpoint: {dir: checkpoints, intervalSteps: 100}
+//     checkpoint: {dir: checkpoints, intervalSteps: 100, keep: 2}
 //     planning: {allocator: exact, precision: fp32, stepTimeTarget: 250ms, lowPrecision: int8}
 //     pool:
 //       local:                                # `qsync run`: local worker processes
@@ -85,6 +85,7 @@ struct CheckpointSpec {
   std::string dir;
   std::optional<VolumeClaim> volume;
   int64_t interval_steps = 100;
+  int64_t keep = 2;  // checkpoints kept (`qsync-worker train --keep-checkpoints`)
   bool operator==(const CheckpointSpec&) const = default;
 };
 

@@ -52,6 +52,7 @@ std::vector<std::string> worker_train_command(const std::string& job_name, const
   if (!l.checkpoint_dir.empty()) {
     add("--checkpoint-dir", l.checkpoint_dir);
     if (s.checkpoint.interval_steps > 0) add("--checkpoint-every", std::to_string(s.checkpoint.interval_steps));
+    add("--keep-checkpoints", std::to_string(s.checkpoint.keep));
     if (l.resume) a.push_back("--resume");
   }
   if (!l.termination_log.empty()) add("--termination-log", l.termination_log);

@@ -168,6 +168,12 @@ OptimizerKind checkpoint_optimizer_kind(const std::string& path) {
   return read_header(r, path).optimizer;
 }
 
+int64_t checkpoint_step(const std::string& path) {
+  const std::string bytes = file_read_all(path);
+  ByteReader r(bytes, "checkpoint " + path, "delete it or restore a complete copy");
+  return read_header(r, path).meta.step;
+}
+
 CheckpointMeta checkpoint_load(const std::string& path, Model& model, Optimizer& opt) {
   const std::string bytes = file_read_all(path);
   ByteReader r(bytes, "checkpoint " + path, "delete it or restore a complete copy");

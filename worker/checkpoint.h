@@ -28,7 +28,8 @@ struct CheckpointMeta {
 // statistics, so the model keeps its own (the ONNX file's values); meta.version tells the caller.
 inline constexpr uint32_t CHECKPOINT_VERSION = 3;
 
-// <dir>/latest.qckpt
+// <dir>/latest.qckpt: the newest checkpoint of a directory, for readers that take one file
+// (worker/checkpoint_store.h keeps the last few as step-<N>.qckpt and this name beside them).
 std::string checkpoint_path(const std::string& dir);
 void checkpoint_save(const std::string& path, const Model& model, Optimizer& opt, const CheckpointMeta& meta);
 // Restores weights and optimizer state into `model`/`opt`; returns the meta.
@@ -36,5 +37,7 @@ CheckpointMeta checkpoint_load(const std::string& path, Model& model, Optimizer&
 // The optimizer a checkpoint was written with (checkpoint_load needs an optimizer of that kind).
 // Throws as checkpoint_load does for a file that is not a readable checkpoint.
 OptimizerKind checkpoint_optimizer_kind(const std::string& path);
+// The step a checkpoint was written at, from its header (throws as checkpoint_optimizer_kind).
+int64_t checkpoint_step(const std::string& path);
 
 }  // namespace qsync

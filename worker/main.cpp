@@ -6,7 +6,7 @@
 //                      [--weight-decay X] [--warmup N] [--lr-schedule cosine|constant]
 //                      [--grad-clip X] [--seed S]
 //                      [--eval-every K] [--eval-limit N] [--checkpoint-dir D] [--checkpoint-every K]
-//                      [--resume] [--summary-json FILE] [--device-class C] [--threads N]
+//                      [--keep-checkpoints K] [--resume] [--summary-json FILE] [--device-class C] [--threads N]
 //                      [--memory-budget MiB] [--log-every N] [--quiet] [--op-times]
 //                      [--metrics-port N] [--job-name S] [--log-json]
 //                      [--rank R] [--world-size N] [--master-addr A] [--master-port P]
@@ -41,7 +41,8 @@ const char* USAGE =
     "         [--steps N | --epochs E] [--batch B] [--lr X] [--optimizer adamw|sgd] [--weight-decay X]\n"
     "         [--warmup N] [--lr-schedule cosine|constant] [--grad-clip X] [--seed S]\n"
     "         [--eval-every K] [--eval-limit N]\n"
-    "         [--checkpoint-dir D] [--checkpoint-every K] [--resume] [--summary-json FILE]\n"
+    "         [--checkpoint-dir D] [--checkpoint-every K] [--keep-checkpoints K (default 2)] [--resume]\n"
+    "         [--summary-json FILE]\n"
     "         [--device-class cpu-amx|cpu-avx512-bf16|cpu-avx512|cpu-avx2|cpu-sse41|gpu-t4|gpu-a10|gpu-l4|gpu-a100|gpu-h100|gpu-h200]\n"
     "         [--threads N] [--memory-budget MiB] [--loss-scale auto|dynamic|none] [--profiles DIR]\n"
     "         [--log-every N] [--quiet] [--op-times] [--log-json] [--metrics-port N (0: a free port)]\n"
@@ -80,6 +81,10 @@ TrainConfig parse_train(int argc, char** argv) {
       {"--eval-limit", [&](const std::string& v) { c.eval_limit = parse_int_flag("--eval-limit", v); }},
       {"--checkpoint-dir", [&](const std::string& v) { c.checkpoint_dir = v; }},
       {"--checkpoint-every", [&](const std::string& v) { c.checkpoint_every = parse_int_flag("--checkpoint-every", v); }},
+      {"--keep-checkpoints", [&](const std::string& v) {
+         c.keep_checkpoints = parse_int_flag("--keep-checkpoints", v);
+         if (c.keep_checkpoints < 1) throw std::invalid_argument("--keep-checkpoints must be at least 1, got " + v);
+       }},
       {"--summary-json", [&](const std::string& v) { c.summary_json = v; }},
       {"--termination-log", [&](const std::string& v) { c.termination_log = v; }},
       {"--device-class", [&](const std::string& v) { c.device_class = v; }},

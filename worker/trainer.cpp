@@ -17,7 +17,8 @@
 
 #include "kernels/device_class.h"
 #include "planner/atomic_file.h"
-#include "worker/checkpoint.h"
+#include "worker/checkpoint_resume.h"
+#include "worker/checkpoint_store.h"
 #include "worker/dist/collectives.h"
 #include "worker/dist/link_model.h"
 #include "worker/loss.h"
@@ -123,26 +124,28 @@ TrainSummary train_run_reporting(const TrainConfig& c, TerminationReport& report
   }
 
   int64_t step = 0;
-  const std::string ckpt = c.checkpoint_dir.empty() ? "" : checkpoint_path(c.checkpoint_dir);
+  bool resumed = false;
+  const std::string& ckpt_dir = c.checkpoint_dir;
   if (c.resume) {
-    if (ckpt.empty()) throw std::invalid_argument("--resume needs --checkpoint-dir");
-    if (std::filesystem::exists(ckpt)) {
-      const CheckpointMeta meta = checkpoint_load(ckpt, model, opt);
-      step = meta.step;
-      scaler.set_state(meta.loss_scale);
-      data->set_position({meta.data_epoch, meta.data_index});
+    if (ckpt_dir.empty()) throw std::invalid_argument("--resume needs --checkpoint-dir");
+    const ResumePoint r = checkpoint_resume(ckpt_dir, model, opt, *coll, [&](const std::string& w) { events.message(w); });
+    if (r.found) {
+      resumed = true;
+      step = r.meta.step;
+      scaler.set_state(r.meta.loss_scale);
+      data->set_position({r.meta.data_epoch, r.meta.data_index});
       report.checkpoint_step = step;
-      events.message("resumed from " + ckpt + " at step " + std::to_string(step));
-      if (meta.version < 3 && !model.running_statistics().empty())
-        events.message("checkpoint format version " + std::to_string(meta.version) +
+      events.message("resumed from " + r.path + " at step " + std::to_string(step));
+      if (r.meta.version < 3 && !model.running_statistics().empty())
+        events.message("checkpoint format version " + std::to_string(r.meta.version) +
                        " holds no running statistics: the BatchNorm layers restart from the model file's");
     } else {
-      events.message("no checkpoint at " + ckpt + ": starting from scratch");
+      events.message("no checkpoint in " + ckpt_dir + ": starting from scratch");
     }
   }
   s.start_step = step;
   report.steps = step;
-  if (!ckpt.empty() && rank == 0) std::filesystem::create_directories(c.checkpoint_dir);
+  if (!ckpt_dir.empty() && rank == 0) std::filesystem::create_directories(ckpt_dir);
   if (world > 1) {
     check_settings_agree(c, desc, total_steps, global_batch, *coll);
     check_weights_agree(model, *coll, step);
@@ -166,10 +169,17 @@ TrainSummary train_run_reporting(const TrainConfig& c, TerminationReport& report
     if (rank_device.is_cuda())
       events.message(std::string("gradients over ") + (nccl ? "NCCL (device buckets)" : "Gloo (pinned host buckets)"));
   }
+  int64_t own_from_step = resumed ? 0 : -1;  // the first step of this run's checkpoints (-1: its first save)
   auto save = [&](int64_t done) {
-    if (ckpt.empty() || rank != 0) return;  // weights and data position are the same on every rank
+    if (ckpt_dir.empty() || rank != 0) return;  // weights and data position are the same on every rank
     const LoaderPosition pos = data->position();
-    checkpoint_save(ckpt, model, opt, {done, pos.epoch, pos.step, c.seed, desc.hash, scaler.state()});
+    if (own_from_step < 0) own_from_step = done;  // from scratch: older files are an earlier run's
+    const CheckpointSaved saved = checkpoint_save_kept(ckpt_dir, c.keep_checkpoints, model, opt,
+                                                       {done, pos.epoch, pos.step, c.seed, desc.hash, scaler.state()},
+                                                       own_from_step);
+    for (const std::string& stale : saved.removed_stale)
+      events.message("removed " + stale + ": not of this run (saved step " + std::to_string(done) + ", " +
+                     (resumed ? "resumed before that file's step" : "started from scratch") + ")");
     report.checkpoint_step = done;
   };
   stop.set_armed(true);

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "worker/checkpoint_store.h"
 #include "worker/dist/gradient_sync.h"
 #include "worker/dist/link_model.h"
 #include "worker/dist/rendezvous.h"
@@ -29,6 +30,7 @@ struct TrainConfig {
   int64_t eval_limit = 0;  // cap on evaluation samples (0: the whole test set)
   std::string checkpoint_dir;
   int64_t checkpoint_every = 0;  // 0: only at the end (when a dir is given)
+  int64_t keep_checkpoints = DEFAULT_KEEP_CHECKPOINTS;  // --keep-checkpoints: step-<N>.qckpt files kept (worker/checkpoint_store.h)
   bool resume = false;
   std::string summary_json;
   // --termination-log: at exit (end, stop on a signal, or error) a one-line JSON under 4 KiB,

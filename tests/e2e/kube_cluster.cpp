@@ -118,6 +118,12 @@ std::optional<int> LocalKubeCluster::stop_operator() {
   return code;
 }
 
+std::optional<int> LocalKubeCluster::kill_operator() {
+  if (!operator_) return std::nullopt;
+  if (operator_->running()) operator_->signal(SIGKILL);
+  return operator_->wait_for(5s);
+}
+
 std::string LocalKubeCluster::operator_log() const {
   std::string log;
   for (int n = 0; n < operator_runs_; ++n) {

@@ -64,6 +64,8 @@ class LocalKubeCluster {
   int reserve_operator_metrics_port();
   // SIGTERM and wait (SIGKILL after 15 s); returns its exit code.
   std::optional<int> stop_operator();
+  // SIGKILL (a crash: nothing in flight is finished or cleaned up) and wait; returns its exit code.
+  std::optional<int> kill_operator();
   bool operator_running();
 
   std::string operator_log() const;  // every operator run's stderr+stdout, in order

@@ -3,7 +3,8 @@
 // the zoo MLP, a checkpoint every 5 steps): a rank killed with SIGKILL at a random step, a rank
 // stopped (SIGSTOP) past the collective timeout, a checkpoint disk that fills up (a small tmpfs
 // mounted over the checkpoint folder; skipped where mounting is not allowed), a corrupt or
-// half-written newest checkpoint, a profile measurement killed while planning, and a rendezvous
+// half-written newest checkpoint (the resume falls back to the kept one before it) or every kept
+// checkpoint damaged, a profile measurement killed while planning, and a rendezvous
 // delayed (rank 0 stopped while rank 1 waits for it) or dropped (rank 0 killed during it). Each ends in a clear state: the job fails naming
 // the rank and the cause and leaves no worker behind, and --resume continues from the last good
 // checkpoint (which no fault may lose or leave half-written); a delayed rendezvous still
@@ -168,50 +169,92 @@ TEST(RunnerFaults, FullCheckpointDiskFailsNamingItAndKeepsTheLastCheckpoint) {
   Process runner = start_runner(dir, job, {}, "faulted");
   ASSERT_TRUE(test::poll_until([&] { return fs::exists(ckpt) || !runner.running(); }, 90s));
   ASSERT_TRUE(runner.running()) << runner.out() << runner.err();
-  // Room for the checkpoint there and a third of another: the next save runs out of space.
+  // Room for the checkpoint there (step-5.qckpt, latest.qckpt its hard link) and a third of
+  // another: the next save (step-10.qckpt) runs out of space.
   const uintmax_t size = fs::file_size(ckpt);
   const std::string shrink = "size=" + std::to_string((size + size / 3) / 4096 * 4096);
   ASSERT_EQ(::mount("tmpfs", ckpt_dir.c_str(), "tmpfs", MS_REMOUNT, shrink.c_str()), 0) << std::strerror(errno);
   std::map<int, pid_t> pids = worker_pids(runner.pid());
   RunningJob j{std::move(runner), pids};
-  expect_failed_cleanly(dir, j, {"rank 0 failed first", "No space left on device", "latest.qckpt"}, 90s);
-  // Free the space (the checkpoint moves to a roomy disk) and resume from it.
-  const std::string saved = test::read_text(ckpt);
-  ASSERT_EQ(saved.size(), size) << "the last good checkpoint changed";
+  expect_failed_cleanly(dir, j, {"rank 0 failed first", "No space left on device", "step-10.qckpt"}, 90s);
+  // Free the space (the kept checkpoints move to a roomy disk) and resume from them.
+  std::map<std::string, std::string> kept;
+  for (const auto& f : fs::directory_iterator(ckpt_dir)) kept[f.path().filename().string()] = test::read_text(f.path().string());
+  ASSERT_EQ(kept.size(), 2u) << "latest.qckpt and step-5.qckpt, nothing else";
+  ASSERT_EQ(kept["step-5.qckpt"].size(), size) << "the last good checkpoint changed";
+  ASSERT_EQ(kept["latest.qckpt"], kept["step-5.qckpt"]);
   ASSERT_EQ(::umount(ckpt_dir.c_str()), 0) << std::strerror(errno);
-  std::ofstream(ckpt, std::ios::binary) << saved;
+  for (const auto& [name, bytes] : kept) std::ofstream(ckpt_dir + "/" + name, std::ios::binary) << bytes;
   expect_resumes(dir, job, 55);
 }
 
-// A finished 10-step job whose checkpoint is then damaged: --resume refuses it at once, naming
-// the file and the fix, and leaves it in place (nothing is overwritten or deleted).
-void expect_damaged_checkpoint_refused(const std::function<void(std::string&)>& damage, const std::string& cause) {
+// What the runner and the ranks' logs said.
+std::string everything_said(const TempDir& dir, const RunnerRun& r) {
+  return r.out + r.err + test::read_text(rank_log(dir, 0)) + test::read_text(rank_log(dir, 1));
+}
+
+// A finished 10-step job (checkpoints step-5.qckpt and step-10.qckpt kept) whose newest
+// checkpoint is then damaged in place (latest.qckpt, its second name, with it): --resume warns
+// naming the file and the cause, both ranks resume from step 5 and finish the 10 steps.
+void expect_damaged_newest_checkpoint_skipped(const std::function<void(std::string&)>& damage, const std::string& cause) {
   TempDir dir;
   const std::string job = dir.write("job.yaml", job_yaml(10));
   const RunnerRun first = run_runner(dir, job);
   ASSERT_EQ(first.code, 0) << first.out << first.err;
-  const std::string ckpt = dir.file("work/checkpoints/latest.qckpt");
-  std::string bytes = test::read_text(ckpt);
+  const std::string newest = dir.file("work/checkpoints/step-10.qckpt");
+  const std::string good = test::read_text(dir.file("work/checkpoints/step-5.qckpt"));
+  std::string bytes = test::read_text(newest);
   ASSERT_GT(bytes.size(), 1000u);
+  ASSERT_EQ(test::read_text(dir.file("work/checkpoints/latest.qckpt")), bytes);
   damage(bytes);
-  std::ofstream(ckpt, std::ios::binary | std::ios::trunc) << bytes;
+  std::ofstream(newest, std::ios::binary | std::ios::trunc) << bytes;
+  const RunnerRun r = run_runner(dir, job, {"--resume"}, "resumed");
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_EQ(r.summary["steps"], 10);
+  EXPECT_EQ(rank_summary(dir, 0).value("start_step", int64_t(-1)), 5);
+  EXPECT_EQ(rank_summary(dir, 1).value("start_step", int64_t(-1)), 5);
+  const std::string said = everything_said(dir, r);
+  for (const std::string& n : {cause, newest, std::string("trying the next older checkpoint"),
+                               std::string("resumed from ") + dir.file("work/checkpoints/step-5.qckpt")})
+    EXPECT_NE(said.find(n), std::string::npos) << "'" << n << "' in:\n" << said;
+  // The resumed run wrote step 10 again: a whole checkpoint, step 5 kept beside it.
+  EXPECT_EQ(test::read_text(newest).size(), good.size());
+  EXPECT_EQ(test::read_text(dir.file("work/checkpoints/step-5.qckpt")), good);
+  EXPECT_TRUE(temp_leftovers(dir).empty());
+}
+
+TEST(RunnerFaults, CorruptNewestCheckpointResumesFromThePreviousOne) {
+  expect_damaged_newest_checkpoint_skipped([](std::string& b) { b[b.size() / 2] = char(b[b.size() / 2] ^ 0x5a); },
+                                           "checksum mismatch");
+}
+
+TEST(RunnerFaults, HalfWrittenNewestCheckpointResumesFromThePreviousOne) {
+  expect_damaged_newest_checkpoint_skipped([](std::string& b) { b.resize(b.size() / 2); }, "truncated");
+}
+
+// Both kept checkpoints damaged: --resume fails at once naming each file and its cause, and
+// leaves them as they were (nothing overwritten or deleted: they are the operator's to judge).
+TEST(RunnerFaults, EveryCheckpointDamagedIsRefusedNamingEachFile) {
+  TempDir dir;
+  const std::string job = dir.write("job.yaml", job_yaml(10));
+  const RunnerRun first = run_runner(dir, job);
+  ASSERT_EQ(first.code, 0) << first.out << first.err;
+  const std::string newest = dir.file("work/checkpoints/step-10.qckpt"), older = dir.file("work/checkpoints/step-5.qckpt");
+  std::string corrupt = test::read_text(newest), cut = test::read_text(older);
+  corrupt[corrupt.size() / 2] = char(corrupt[corrupt.size() / 2] ^ 0x5a);
+  cut.resize(cut.size() / 2);
+  std::ofstream(newest, std::ios::binary | std::ios::trunc) << corrupt;
+  std::ofstream(older, std::ios::binary | std::ios::trunc) << cut;
   const auto t0 = std::chrono::steady_clock::now();
   const RunnerRun r = run_runner(dir, job, {"--resume"}, "resumed");
   EXPECT_EQ(r.code, 1) << r.out << r.err;
   EXPECT_LT(std::chrono::steady_clock::now() - t0, 30s);
-  const std::string said = r.out + r.err;
-  for (const std::string& n : {cause, std::string("latest.qckpt"), std::string("rank 0")})
+  const std::string said = everything_said(dir, r);
+  for (const std::string& n : {newest + " is corrupt (checksum mismatch)", older + " is truncated",
+                               std::string("no checkpoint in"), std::string("rank 0")})
     EXPECT_NE(said.find(n), std::string::npos) << "'" << n << "' in:\n" << said;
-  EXPECT_EQ(test::read_text(ckpt), bytes) << "the damaged checkpoint was changed instead of left for the operator";
-}
-
-TEST(RunnerFaults, CorruptNewestCheckpointIsRefusedNamingTheFile) {
-  expect_damaged_checkpoint_refused([](std::string& b) { b[b.size() / 2] = char(b[b.size() / 2] ^ 0x5a); },
-                                    "checksum mismatch");
-}
-
-TEST(RunnerFaults, HalfWrittenNewestCheckpointIsRefusedNamingTheFile) {
-  expect_damaged_checkpoint_refused([](std::string& b) { b.resize(b.size() / 2); }, "truncated");
+  EXPECT_EQ(test::read_text(newest), corrupt) << "the damaged checkpoint was changed instead of left for the operator";
+  EXPECT_EQ(test::read_text(older), cut);
 }
 
 // Rank 0 (the rendezvous store) stopped for 3 s as soon as it starts: rank 1 waits for it and

@@ -67,6 +67,7 @@ TEST(JobFile, DefaultsComeFromTheFieldTable) {
   EXPECT_EQ(f.spec.planning.allocator, "exact");
   EXPECT_TRUE(f.spec.planning.batch_moves);
   EXPECT_EQ(f.spec.checkpoint.interval_steps, 100);
+  EXPECT_EQ(f.spec.checkpoint.keep, 2);
   EXPECT_EQ(f.spec.pool.local.size(), 2u);
   EXPECT_EQ(f.spec.pool.local[1].threads, 1);
   EXPECT_EQ(f.model_reference(), "mlp");
@@ -185,7 +186,7 @@ TEST(WorkerCommand, AwkwardNumbersReachTheWorkersFlagParserUnchanged) {
       "apiVersion: qsync.dev/v1alpha1\nkind: HybridTrainingJob\nmetadata: {name: awkward}\nspec:\n  model: {zoo: mlp}\n"
       "  epochs: 0.3333333333333333\n  globalBatch: 97\n  seed: 18446744073\n  evalLimit: 123\n  evalEvery: 7\n"
       "  optimizer: {name: sgd, lr: 1e-7, weightDecay: 2.5e-6, warmupSteps: 13, gradClip: 0.7071067811865476, "
-      "schedule: constant}\n  checkpoint: {dir: ck, intervalSteps: 11}\n  pool:\n    local:\n"
+      "schedule: constant}\n  checkpoint: {dir: ck, intervalSteps: 11, keep: 4}\n  pool:\n    local:\n"
       "      - {deviceClass: cpu-avx2, threads: 3, memoryBudget: 1536Mi}\n",
       "job.yaml");
   WorkerLaunch l;
@@ -210,6 +211,7 @@ TEST(WorkerCommand, AwkwardNumbersReachTheWorkersFlagParserUnchanged) {
   EXPECT_EQ(parse_int_flag("--eval-limit", flag_value(argv, "--eval-limit")), 123);
   EXPECT_EQ(parse_int_flag("--eval-every", flag_value(argv, "--eval-every")), 7);
   EXPECT_EQ(parse_int_flag("--checkpoint-every", flag_value(argv, "--checkpoint-every")), 11);
+  EXPECT_EQ(parse_int_flag("--keep-checkpoints", flag_value(argv, "--keep-checkpoints")), 4);
   EXPECT_EQ(parse_int_flag("--memory-budget", flag_value(argv, "--memory-budget")), 1536);  // MiB
   EXPECT_EQ(flag_value(argv, "--optimizer"), "sgd");
   EXPECT_EQ(flag_value(argv, "--lr-schedule"), "constant");

@@ -166,6 +166,7 @@ TEST(WorkerCli, BadNumbersAndFlags) {
   expect_refused({"--model", "mlp", "--steps", "-3"}, {"--steps must be at least 1, got -3"});
   expect_refused({"--model", "mlp", "--steps", "0"}, {"--steps must be at least 1, got 0"});
   expect_refused({"--model", "mlp", "--epochs", "-1"}, {"--epochs must be positive, got -1"});
+  expect_refused({"--model", "mlp", "--keep-checkpoints", "0"}, {"--keep-checkpoints must be at least 1, got 0"});
   expect_refused({"--steps", "1"}, {"--model is required"});
 }
 
@@ -195,9 +196,10 @@ TEST(WorkerCli, ResumeWithAnotherModelsCheckpoint) {
   const RunResult r = run_worker(first, dir);
   ASSERT_TRUE(r.exited && r.code == 0) << r.err;
   ASSERT_TRUE(fs::exists(fs::path(ckpt) / "latest.qckpt"));
+  ASSERT_TRUE(fs::exists(fs::path(ckpt) / "step-1.qckpt"));
   std::vector<std::string> second = {"--model", "mlp", "--resume"};
   second.insert(second.end(), common.begin(), common.end());
-  expect_refused(second, {"latest.qckpt", "another model", "mlp-fmnist", "--checkpoint-dir"});
+  expect_refused(second, {"step-1.qckpt", "another model", "mlp-fmnist", "--checkpoint-dir", "tried 1"});
 }
 
 TEST(WorkerCli, HappyPathWritesSummaryJson) {

@@ -34,7 +34,7 @@ json full_job() {
       "optimizer": {"name": "sgd", "lr": 0.1, "weightDecay": 0.0001, "warmupSteps": 50, "gradClip": 1.5,
                     "schedule": "constant"},
       "epochs": 1.5, "globalBatch": 256, "seed": 7, "evalLimit": 1000, "evalEvery": 25,
-      "checkpoint": {"dir": "ckpt", "volume": {"claimName": "ckpts"}, "intervalSteps": 20},
+      "checkpoint": {"dir": "ckpt", "volume": {"claimName": "ckpts"}, "intervalSteps": 20, "keep": 3},
       "image": "registry.local/qsync-worker:dev", "imagePullPolicy": "IfNotPresent",
       "resources": {"requests": {"cpu": "4", "memory": "16Gi"}, "limits": {"memory": "32Gi"}},
       "pool": {
@@ -136,6 +136,7 @@ TEST(HybridTrainingJob, MinimalObjectGetsTheCrdDefaults) {
   EXPECT_EQ(s.global_batch, 128);
   EXPECT_EQ(s.seed, 1);
   EXPECT_EQ(s.checkpoint.interval_steps, 100);
+  EXPECT_EQ(s.checkpoint.keep, 2);
   EXPECT_EQ(s.image, "ghcr.io/qsync/qsync-worker:0.1.0");
   EXPECT_EQ(s.pool.training[0].count, 1);
   EXPECT_FALSE(s.pool.training[0].gpus_per_rank.has_value());
