@@ -189,8 +189,10 @@ void device_profile_check(const DeviceProfile& p, const ModelDesc& model, int64_
 }
 
 
-CommProfile comm_profile_load(const std::string& path) {
-  const json j = parse_json(file_read_all(path), path);
+CommProfile comm_profile_load(const std::string& path) { return comm_profile_from_json(file_read_all(path), path); }
+
+CommProfile comm_profile_from_json(const std::string& text, const std::string& path) {
+  const json j = parse_json(text, path);
   check_version(j, COMM_KIND, path);
   CommProfile p;
   try {
@@ -356,10 +358,12 @@ DeviceProfile ProfileStore::find(const ModelDesc& model, const std::string& devi
   throw std::invalid_argument(msg);
 }
 
-CommProfile ProfileStore::comm(int world_size) const {
-  if (world_size < 1) throw std::invalid_argument("ProfileStore::comm: world size must be at least 1, got " + std::to_string(world_size));
+CommProfile ProfileStore::comm(int world_size) const { return comm_profile_for_world(comms_, world_size); }
+
+CommProfile comm_profile_for_world(const std::vector<CommProfile>& measured, int world_size) {
+  if (world_size < 1) throw std::invalid_argument("comm_profile_for_world: world size must be at least 1, got " + std::to_string(world_size));
   const CommProfile* nearest = nullptr;
-  for (const CommProfile& c : comms_) {
+  for (const CommProfile& c : measured) {
     if (c.world_size == world_size) return c;
     if (c.world_size > 1 && (nearest == nullptr || std::abs(c.world_size - world_size) < std::abs(nearest->world_size - world_size)))
       nearest = &c;

@@ -120,6 +120,8 @@ void device_profile_write(const std::string& path, const DeviceProfile& p);  // 
 void device_profile_check(const DeviceProfile& p, const ModelDesc& model, int64_t batch, const std::string& where);
 CommProfile comm_profile_load(const std::string& path);
 void comm_profile_write(const std::string& path, const CommProfile& p);  // atomic
+// The JSON text of a communication profile (a ConfigMap's comm.json); `source_name` names it in errors.
+CommProfile comm_profile_from_json(const std::string& text, const std::string& source_name);
 // The JSON text of a profile, and back (`source_name` names it in errors).
 std::string device_profile_to_json(const DeviceProfile& p);
 DeviceProfile device_profile_from_json(const std::string& text, const std::string& source_name);
@@ -176,5 +178,8 @@ double gpu_datasheet_peak_tflops(const std::string& gpu_class, Precision p);
 // or a measured profile of another world size rescaled by the ring's step and traffic factors.
 CommProfile comm_profile_estimate(int world_size);
 CommProfile comm_profile_rescaled(const CommProfile& measured, int world_size);
+// The all-reduce of `world_size` ranks from measured profiles: one of that world size, else the
+// nearest measured world size (above 1) rescaled, else the estimate (ProfileStore::comm).
+CommProfile comm_profile_for_world(const std::vector<CommProfile>& measured, int world_size);
 
 }  // namespace qsync

@@ -7,6 +7,7 @@
 
 #include "planner/job_borrow_spec.h"
 #include "planner/job_pod_template.h"
+#include "planner/job_scheduling_policy.h"
 #include "planner/job_spec.h"
 
 #include <utility>
@@ -164,8 +165,9 @@ std::vector<Field> build_spec_fields() {
                   .with_default("bidirectional"));
   f.push_back(Field::boolean("spec.planning.batchMoves", "Let the allocator move batch between ranks: off the ranks that cannot keep pace, and off quantized ranks when that buys back precision.").with_default(true));
   f.push_back(Field::string("spec.planning.profiles",
-                            "Device profiles: a name prefix of the labelled profile ConfigMaps the operator plans "
-                            "with (only those; default: every one in the namespace), or a directory (`qsync run`).")
+                            "Device and communication profiles: a name prefix of the labelled profile ConfigMaps "
+                            "(qsync.dev/device-profile, qsync.dev/comm-profile) the operator plans with (only those; "
+                            "default: every one in the namespace), or a directory (`qsync run`).")
                   .non_empty());
   f.push_back(Field::string("spec.planning.calibration", "A calibration stats file (`qsync run`).").non_empty());
 
@@ -186,6 +188,7 @@ std::vector<Field> build_spec_fields() {
                   .one_of({JOB_DEFAULT_MANAGER, "kueue.x-k8s.io/multikueue"})
                   .with_rule("self == oldSelf", "managedBy is immutable")
                   .with_default(JOB_DEFAULT_MANAGER));
+  add_scheduling_policy_fields(f);  // planner/job_scheduling_policy.h
   return f;
 }
 

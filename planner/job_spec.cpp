@@ -51,6 +51,7 @@ void check_cross_field_rules(const json& spec, std::vector<std::string>& problem
                            "\" is used twice; names must be unique over training and inference (they name the pods)");
   check_borrow_rules(spec, problems);  // job_borrow_spec.h
   check_pod_template_rules(spec, problems);  // job_pod_template.h
+  check_scheduling_policy_rules(spec, problems);  // job_scheduling_policy.h
 }
 
 // Runs a planner parser; its message becomes a problem instead of an exception.
@@ -311,6 +312,7 @@ JobSpec job_spec_from_json(const json& input) {
   s.run_policy.clean_pod_policy = json_text(r, "cleanPodPolicy");
   s.run_policy.suspend = json_flag(r, "suspend");
   s.run_policy.managed_by = json_text(r, "managedBy");
+  if (r.contains("schedulingPolicy")) s.run_policy.scheduling_policy = scheduling_policy_from(r["schedulingPolicy"]);
 
   if (!problems.empty()) {
     std::string all;
@@ -378,6 +380,7 @@ json to_json(const JobSpec& s) {
                      {"managedBy", s.run_policy.managed_by}};
   if (s.run_policy.active_deadline_seconds) run_policy["activeDeadlineSeconds"] = *s.run_policy.active_deadline_seconds;
   if (s.run_policy.ttl_seconds_after_finished) run_policy["ttlSecondsAfterFinished"] = *s.run_policy.ttl_seconds_after_finished;
+  if (s.run_policy.scheduling_policy) run_policy["schedulingPolicy"] = to_json(*s.run_policy.scheduling_policy);
   out["runPolicy"] = run_policy;
   return out;
 }

@@ -36,6 +36,7 @@
 
 #include "planner/job_borrow_spec.h"
 #include "planner/job_pod_template.h"
+#include "planner/job_scheduling_policy.h"
 
 namespace qsync {
 
@@ -149,6 +150,7 @@ struct RunPolicy {
   std::string clean_pod_policy = "Running";  // None | Running | All
   bool suspend = false;
   std::string managed_by = JOB_DEFAULT_MANAGER;
+  std::optional<SchedulingPolicy> scheduling_policy;  // gang scheduling (job_scheduling_policy.h)
   bool operator==(const RunPolicy&) const = default;
 };
 

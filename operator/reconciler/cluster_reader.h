@@ -65,7 +65,7 @@ struct ClusterInformers {
   controller::Informer* pods = nullptr;          // the operator's pods (qsync.dev/job)
   controller::Informer* services = nullptr;      // the operator's services (qsync.dev/job)
   controller::Informer* config_maps = nullptr;   // the operator's plan ConfigMaps (qsync.dev/job)
-  std::vector<controller::Informer*> input_config_maps;  // device profiles, calibrations (by label)
+  std::vector<controller::Informer*> input_config_maps;  // device and comm profiles, calibrations (by label)
   std::string pods_namespace;                    // where all_pods() lists
   controller::Informer* nodes = nullptr;
   controller::Informer* deployments = nullptr;

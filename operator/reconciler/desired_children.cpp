@@ -3,6 +3,7 @@
 #include "operator/reconciler/desired_children.h"
 
 #include "operator/controller/owner_refs.h"
+#include "operator/reconciler/pod_group.h"
 #include "operator/reconciler/worker_pod_settings.h"
 #include "planner/device_profile.h"
 #include "planner/worker_command.h"
@@ -109,6 +110,7 @@ json desired_pod(const json& job_object, const api::HybridTrainingJob& job, cons
   meta["labels"][RANK_LABEL] = std::to_string(rank.rank);
   meta["labels"][ATTEMPT_LABEL] = std::to_string(attempt);
   meta["labels"][POOL_KIND_LABEL] = rank.pool_kind;
+  if (const GangScheduler* gang = job_gang_scheduler(job)) meta["labels"][gang->pod_group_label] = pod_group_name(job.name());
   meta["annotations"] = {{"qsync.dev/node", rank.node},
                          {"qsync.dev/device-class", rank.device_class},
                          {WORLD_SIZE_ANNOTATION, std::to_string(world_size)}};

@@ -5,7 +5,7 @@
 // it was planned for) and one Pod per rank `<job>-worker-<rank>` (env MASTER_ADDR = rank 0's DNS
 // name, MASTER_PORT, RANK, WORLD_SIZE; the qsync-worker train command; the plan, checkpoint and
 // data volumes; node affinity to the planned node; GPU and CPU/memory resources from the plan;
-// the pod template (worker_pod_settings.h); restartPolicy Never; the restricted security context). Every child carries a controller owner reference to
+// the pod template (worker_pod_settings.h); a gang-scheduled job's pod-group label (pod_group.h); restartPolicy Never; the restricted security context). Every child carries a controller owner reference to
 // the job, so the garbage collector deletes it with the job.
 //
 //   const json pod = desired_pod(job_object, job, plan.ranks[r], plan.ranks.size(), attempt, options);
@@ -49,6 +49,9 @@ struct ChildOptions {
   // --gpu-tolerations: tolerations every GPU rank's pod gets (the chart's default tolerates the
   // usual nvidia.com/gpu taint); the job's podTemplate adds its own.
   nlohmann::json gpu_tolerations = nlohmann::json::array();
+  // --gang-scheduler-name: the schedulerName of gang-scheduled jobs' pods whose podTemplate
+  // names none ("": the gang scheduler's usual name, planner/job_scheduling_policy.h).
+  std::string gang_scheduler_name;
 };
 
 std::string service_name(const std::string& job);      // <job>-workers

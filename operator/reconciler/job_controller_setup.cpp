@@ -7,6 +7,7 @@
 #include "kernels/thread_stack_allowance.h"
 #include "operator/api/conditions.h"
 #include "operator/api/group_version.h"
+#include "operator/reconciler/comm_profiles.h"
 #include "operator/reconciler/desired_children.h"
 #include "operator/reconciler/job_planning.h"
 
@@ -78,7 +79,8 @@ JobControllerParts add_job_controller(controller::Manager& manager, kube::KubeCl
                                    .services = &manager.informer_for(kube::services_type(), options.namespace_, owned),
                                    .config_maps = &manager.informer_for(kube::config_maps_type(), options.namespace_, owned),
                                    .input_config_maps = {&manager.informer_for(kube::config_maps_type(), options.namespace_, PROFILE_LABEL),
-                                                         &manager.informer_for(kube::config_maps_type(), options.namespace_, CALIBRATION_LABEL)},
+                                                         &manager.informer_for(kube::config_maps_type(), options.namespace_, CALIBRATION_LABEL),
+                                                         &manager.informer_for(kube::config_maps_type(), options.namespace_, COMM_PROFILE_LABEL)},
                                    .pods_namespace = options.namespace_,
                                    .nodes = &manager.informer_for(kube::nodes_type()),
                                    .deployments = &manager.informer_for(kube::deployments_type(), options.namespace_),

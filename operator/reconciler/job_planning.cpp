@@ -2,6 +2,8 @@
 // Pool, profiles, calibration and the allocator for a HybridTrainingJob (see job_planning.h).
 #include "operator/reconciler/job_planning.h"
 
+#include "operator/reconciler/comm_profiles.h"
+
 #include <algorithm>
 #include <cctype>
 #include <cmath>
@@ -267,7 +269,11 @@ JobPlan plan_pool(const api::HybridTrainingJob& job, const PlanningInputs& input
     for (const std::string& m : missing) message += (message.empty() ? "" : "; ") + m;
     throw PlanningError("ProfileMissing", message, false);
   }
-  req.comm = comm_profile_estimate(int(world));
+  // The measured all-reduce when the namespace holds one (comm_profiles.h), else the estimate.
+  PlanningComm comm = planning_comm_profile(inputs.config_maps, planning.profiles, int(world));
+  req.comm = comm.profile;
+  out.notes.insert(out.notes.end(), comm.problems.begin(), comm.problems.end());
+  out.notes.push_back(comm.note);
   std::optional<CalibrationStats> stats = calibration_for(model, inputs.config_maps, out.notes);
   req.indicator = stats ? indicator_table(*stats, planning.indicator == "weight-error" ? IndicatorKind::WEIGHT_ERROR
                                                                                       : IndicatorKind::BIDIRECTIONAL)

@@ -282,6 +282,7 @@ ReconcileResult JobReconciler::run_pods(Pass& p, const JobPlan& plan, int64_t at
       if (!kube::is_already_exists(e)) errors.push_back("service " + service_name(p.name) + ": " + e.api_message());
     }
   }
+  const bool group_ready = ensure_pod_group(p, world, errors);  // before any pod (job_pod_group_pass.cpp)
   std::map<int64_t, const json*> current;  // this attempt's pods by rank
   int64_t stale = 0;                        // pods of an older attempt (or dropped ranks) not gone yet
   int64_t resized = 0;                      // this attempt's pods of another world size (a changed count)
@@ -317,6 +318,7 @@ ReconcileResult JobReconciler::run_pods(Pass& p, const JobPlan& plan, int64_t at
   int64_t created = 0, blocked = 0, vanished_rank = -1;
   for (const DiscoveredRank& rank : plan.ranks) {
     if (current.count(rank.rank)) continue;
+    if (!group_ready) break;  // the gang scheduler would hold them Pending forever, or no gang at all
     // No rank of a new attempt starts while a pod of the old one is still terminating: its rank 0
     // may still hold the rendezvous port, and a new rank could join the old rendezvous. Wait.
     if (stale > 0) {

@@ -19,7 +19,10 @@
 // the workload; the elastic pass (job_elastic_pass.cpp) compares the pool offered now with the
 // current plan's placement and waits (below minRanks: Phase Waiting), re-plans, or resizes (a
 // new attempt: status.resizes + 1, the old pods checkpoint on SIGTERM, the new plan's pods
-// resume from that checkpoint). A job that borrows carries the finalizer
+// resume from that checkpoint).
+//
+// Gang scheduling (spec.runPolicy.schedulingPolicy): the PodGroup (pod_group.h) is ensured
+// after the Service and before the pods; no pod is created while it cannot be. A job that borrows carries the finalizer
 // qsync.dev/return-borrowed: finishing, suspending or deleting it gives the workloads their
 // serving replicas back first.
 //
@@ -96,6 +99,11 @@ class JobReconciler {
   std::optional<nlohmann::json> find_workload(const std::string& ns, const BorrowSource& s, std::string& problem);
   lending::DemandSource& demand_source();
   controller::ReconcileResult run_active(Pass& p);
+  // Gang scheduling (job_pod_group_pass.cpp): the PodGroup with `world` members exists before
+  // any pod; false (and why in errors) when it could not be made. No gang: a PodGroup left by
+  // an earlier generation is deleted.
+  bool ensure_pod_group(Pass& p, int64_t world, std::vector<std::string>& errors);
+  void remove_pod_groups(Pass& p);
   // The Service and one Pod per rank of `attempt`, then the job's state from its pods.
   controller::ReconcileResult run_pods(Pass& p, const JobPlan& plan, int64_t attempt, const std::string& note);
   // status.borrowedDevices and status.lending[].borrowedDevices from the plan's placement.

@@ -72,7 +72,9 @@ const char* OPERATOR_USAGE =
     "         [--gpu-ranks-on-cpu=true|false (nodes that only advertise nvidia.com/gpu: GPU ranks run as\n"
     "          the worker's default CPU class)]\n"
     "         [--gpu-tolerations JSON (tolerations of GPU ranks' pods, e.g.\n"
-    "          '[{\"key\":\"nvidia.com/gpu\",\"operator\":\"Exists\",\"effect\":\"NoSchedule\"}]')]\n";
+    "          '[{\"key\":\"nvidia.com/gpu\",\"operator\":\"Exists\",\"effect\":\"NoSchedule\"}]')]\n"
+    "         [--gang-scheduler-name NAME (schedulerName of gang-scheduled jobs' pods whose podTemplate\n"
+    "          names none; default: the gang scheduler's usual one, scheduler-plugins-scheduler)]\n";
 
 OperatorFlags parse_operator_flags(const std::vector<std::string>& args) {
   OperatorFlags f;
@@ -93,6 +95,7 @@ OperatorFlags parse_operator_flags(const std::vector<std::string>& args) {
       {"--master-port", [&](const std::string& v) { f.master_port = int_flag("--master-port", v); }},
       {"--prometheus-url", [&](const std::string& v) { f.prometheus_url = v; }},
       {"--gpu-tolerations", [&](const std::string& v) { f.gpu_tolerations = tolerations_flag(v); }},
+      {"--gang-scheduler-name", [&](const std::string& v) { f.gang_scheduler_name = v; }},
   };
   for (size_t i = 0; i < args.size(); ++i) {
     std::string flag = args[i], value;

@@ -8,6 +8,7 @@
 //                  [--worker-image IMAGE] [--master-port 29500] [--prometheus-url URL]
 //                  [--gpu-worker-image IMAGE] [--gpu-ranks-on-cpu=true|false]
 //                  [--gpu-tolerations JSON]   (a list of core/v1 Tolerations for GPU ranks' pods)
+//                  [--gang-scheduler-name NAME]  (schedulerName of gang-scheduled jobs' pods)
 #pragma once
 
 #include <string>
@@ -34,6 +35,7 @@ struct OperatorFlags {
   int master_port = 29500;
   std::string prometheus_url;  // the Prometheus a borrowing entry's demand query goes to by default
   nlohmann::json gpu_tolerations = nlohmann::json::array();  // every GPU rank's pod tolerates these
+  std::string gang_scheduler_name;  // gang-scheduled jobs' pods ("": the gang scheduler's usual name)
   bool help = false;
 };
 

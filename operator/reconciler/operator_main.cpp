@@ -48,7 +48,8 @@ int operator_main(int argc, char** argv) {
                                      .gpu_worker_image = flags.gpu_worker_image,
                                      .gpu_ranks_on_cpu = flags.gpu_ranks_on_cpu,
                                      .master_port = flags.master_port,
-                                     .gpu_tolerations = flags.gpu_tolerations};
+                                     .gpu_tolerations = flags.gpu_tolerations,
+                                     .gang_scheduler_name = flags.gang_scheduler_name};
   job_options.reconciler.prometheus_url = flags.prometheus_url;
   const JobControllerParts parts = add_job_controller(manager, client, job_options);
 

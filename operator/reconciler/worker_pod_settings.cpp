@@ -6,6 +6,7 @@
 #include <set>
 
 #include "operator/reconciler/desired_children.h"
+#include "operator/reconciler/pod_group.h"
 
 namespace qsync::reconciler {
 namespace {
@@ -36,6 +37,8 @@ PodTemplateSpec worker_pod_template(const api::HybridTrainingJob& job, const Dis
                                     bool on_gpu) {
   PodTemplateSpec defaults;
   if (on_gpu || rank.gpus > 0) defaults.tolerations = options.gpu_tolerations;
+  if (const GangScheduler* gang = job_gang_scheduler(job))
+    defaults.scheduler_name = options.gang_scheduler_name.empty() ? gang->scheduler_name : options.gang_scheduler_name;
   PodTemplateSpec t = merge_pod_templates(defaults, job.spec.pod_template);
   const std::vector<api::PoolEntry>& entries = rank.pool_kind == POOL_KIND_INFERENCE ? job.spec.pool.inference : job.spec.pool.training;
   for (const api::PoolEntry& e : entries)

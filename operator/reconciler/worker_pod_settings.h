@@ -33,8 +33,9 @@ inline constexpr int64_t HOST_MEMORY_GPU_RANK = 2ll << 30;  // CUDA context, pin
 inline constexpr double MEMORY_HEADROOM = 1.25;
 inline constexpr int64_t MEMORY_HEADROOM_BYTES = 512ll << 20;
 
-// The rank's template: options' defaults (GPU ranks: options.gpu_tolerations), the job's, the
-// entry's.
+// The rank's template: options' defaults (GPU ranks: options.gpu_tolerations; a gang-scheduled
+// job: options.gang_scheduler_name, else its gang scheduler's usual schedulerName), the job's,
+// the entry's.
 PodTemplateSpec worker_pod_template(const api::HybridTrainingJob& job, const DiscoveredRank& rank,
                                     const ChildOptions& options, bool on_gpu);
 

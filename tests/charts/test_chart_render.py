@@ -24,7 +24,8 @@ NON_DEFAULT_VALUES = {
     "workers": 8,
     "workerPods": {"gpuTolerations": [{"key": "dedicated", "operator": "Equal", "value": "gpu",
                                        "effect": "NoSchedule"}],
-                   "podMonitor": {"enabled": True, "interval": "10s", "labels": {"release": "kube-prometheus"}}},
+                   "podMonitor": {"enabled": True, "interval": "10s", "labels": {"release": "kube-prometheus"}},
+                   "gangSchedulerName": "coscheduler"},
     "api": {"qps": 50, "burst": 100},
     "workerImage": "registry.example/qsync-worker:1.2.3",
     "gpuWorkerImage": "registry.example/qsync-worker-cuda:1.2.3",
@@ -238,7 +239,8 @@ class NonDefaultRenderTest(unittest.TestCase):
             "--metrics-port": "9090", "--health-port": "9091", "--workers": "8",
             "--qps": "50", "--burst": "100", "--worker-image": "registry.example/qsync-worker:1.2.3",
             "--gpu-worker-image": "registry.example/qsync-worker-cuda:1.2.3",
-            "--gpu-tolerations": '[{"effect":"NoSchedule","key":"dedicated","operator":"Equal","value":"gpu"}]'})
+            "--gpu-tolerations": '[{"effect":"NoSchedule","key":"dedicated","operator":"Equal","value":"gpu"}]',
+            "--gang-scheduler-name": "coscheduler"})
         self.assertEqual(deployment["spec"]["template"]["spec"]["serviceAccountName"], "trainer-operator")
         account = one_object(self.objects, "ServiceAccount", "trainer-operator")
         self.assertEqual(account["metadata"]["annotations"], {"team": "ml"})

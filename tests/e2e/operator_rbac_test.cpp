@@ -9,7 +9,9 @@
 // running, rank 0 Failed (a whole-job restart: the pods deleted, re-planned, recreated), all pods
 // Succeeded (cleanup per cleanPodPolicy), then ttlSecondsAfterFinished (the operator deletes
 // the job); job "gone" loses a pod behind the operator's back (confirmed with a fresh get) and
-// is deleted by the test while running; job "borrower" borrows from a Deployment and a
+// is deleted by the test while running; job "gang" is gang-scheduled (scheduler-plugins'
+// coscheduling: its PodGroup exists with minMember 2 before its pods, follows an edited count to
+// 3, is deleted when the gang is switched off); job "borrower" borrows from a Deployment and a
 // StatefulSet (the finalizer added, both scaled in, then given back when the test deletes it).
 // Then the (verb, group, resource) set of the server's request summary (GET
 // /_test/requests?summary=1), less the test's own calls, must EQUAL charts/qsync/rbac-contract.yaml
@@ -103,6 +105,14 @@ json borrowing_job(const std::string& name) {
   return operator_test::hybrid_training_job(name, spec);
 }
 
+// Gang-scheduled: one A100 training rank, `inference_ranks` on the 4-GPU inference node.
+json gang_job(const std::string& name, int inference_ranks, bool gang = true) {
+  json spec = operator_test::two_pool_job_spec("mlp", "a100", "infer");
+  spec["pool"]["inference"][0]["count"] = inference_ranks;
+  if (gang) spec["runPolicy"] = {{"schedulingPolicy", {{"gang", "coscheduling"}, {"scheduleTimeoutSeconds", 120}}}};
+  return operator_test::hybrid_training_job(name, spec);
+}
+
 json training_job(const std::string& name) {
   json spec = operator_test::two_pool_job_spec("mlp", "a100", "t4");
   spec.merge_patch({{"checkpoint", {{"intervalSteps", 5}}},
@@ -149,6 +159,7 @@ class OperatorRbacTest : public ::testing::Test {
     server_->put_object(gpu_node("t4", "Tesla-T4"));
     server_->put_object(gpu_node("a100b", "NVIDIA-A100-SXM4-80GB"));
     server_->put_object(gpu_node("infer", "Tesla-T4", 4));
+    server_->put_object(operator_test::pod_group_crd());
     server_->put_object(inference_workload("Deployment", "chat"));
     server_->put_object(inference_workload("StatefulSet", "embed"));
     // Prometheus as the demand queries see it: no requests at all, so the workloads lend.
@@ -177,6 +188,19 @@ class OperatorRbacTest : public ::testing::Test {
 
   std::vector<json> pods() { return server_->list_objects("v1", "pods", "default"); }
   json job(const std::string& name) { return server_->get_object(HTJ, "hybridtrainingjobs", "default", name); }
+  json pod_group(const std::string& name) {
+    return server_->get_object("scheduling.x-k8s.io/v1alpha1", "podgroups", "default", name);
+  }
+  int64_t min_member(const std::string& name) {
+    const json g = pod_group(name);
+    return g.is_object() ? g["spec"].value("minMember", int64_t{0}) : 0;
+  }
+  // The job as stored, with another spec (the server bumps its generation).
+  void replace_job(const json& edited) {
+    json j = job(edited["metadata"]["name"].get<std::string>());
+    j["spec"] = edited["spec"];
+    server_->put_object(j);
+  }
   std::string phase(const std::string& name) {
     const json j = job(name);
     return j.is_object() && j.contains("status") ? j["status"].value("phase", "") : "";
@@ -266,7 +290,40 @@ TEST_F(OperatorRbacTest, TheOperatorCallsExactlyWhatTheContractGrants) {
   ASSERT_EQ(delete_call("qsync.dev", "hybridtrainingjobs", "/apis/qsync.dev/v1alpha1/namespaces/default/hybridtrainingjobs/gone"), 200);
   ASSERT_TRUE(eventually([&] { return job("gone").is_null() && pods_of("gone").empty(); })) << context();
 
-  // Job 3: borrows a GPU from a Deployment and one from a StatefulSet (no demand: both lend),
+  // Job 3: gang-scheduled. Its PodGroup is stored before its pods (a smaller resourceVersion),
+  // with minMember = the 2 ranks; an edited count makes it 3 before any pod of the new size; the
+  // gang switched off deletes it.
+  server_->put_object(gang_job("gang", 1));
+  ASSERT_TRUE(eventually([&] { return pods_of("gang").size() == 2; })) << "no pods for job gang; phase " << phase("gang") << context();
+  {
+    const json group = pod_group("gang");
+    ASSERT_TRUE(group.is_object()) << "the gang job's pods exist without a PodGroup" << context();
+    EXPECT_EQ(group["spec"]["minMember"], 2);
+    EXPECT_EQ(group["spec"]["scheduleTimeoutSeconds"], 120);
+    const int64_t group_rv = std::stoll(group["metadata"]["resourceVersion"].get<std::string>());
+    for (const json& p : pods_of("gang")) {
+      EXPECT_LT(group_rv, std::stoll(p["metadata"]["resourceVersion"].get<std::string>())) << "a pod before its PodGroup";
+      EXPECT_EQ(p["metadata"]["labels"].value("scheduling.x-k8s.io/pod-group", ""), "gang");
+      EXPECT_EQ(p["spec"].value("schedulerName", ""), "scheduler-plugins-scheduler");
+    }
+  }
+  replace_job(gang_job("gang", 2));
+  ASSERT_TRUE(eventually([&] {
+    const auto now = pods_of("gang");
+    for (const json& p : now) {
+      if (p["metadata"].value("annotations", json::object()).value("qsync.dev/world-size", "") == "3") {
+        EXPECT_EQ(min_member("gang"), 3) << "a pod of the new size before the PodGroup asked for 3";
+      }
+    }
+    return now.size() == 3 && min_member("gang") == 3;
+  })) << "the PodGroup did not follow the edited count; minMember " << min_member("gang") << context();
+  replace_job(gang_job("gang", 2, false));
+  ASSERT_TRUE(eventually([&] { return pod_group("gang").is_null(); })) << "the PodGroup stayed after the gang was switched off"
+                                                                        << context();
+  ASSERT_EQ(delete_call("qsync.dev", "hybridtrainingjobs", "/apis/qsync.dev/v1alpha1/namespaces/default/hybridtrainingjobs/gang"), 200);
+  ASSERT_TRUE(eventually([&] { return job("gang").is_null() && pods_of("gang").empty(); })) << context();
+
+  // Job 4: borrows a GPU from a Deployment and one from a StatefulSet (no demand: both lend),
   // then is deleted: its finalizer gives both their replicas back.
   server_->put_object(borrowing_job("borrower"));
   ASSERT_TRUE(eventually([&] { return replicas("deployments", "chat") == 1 && replicas("statefulsets", "embed") == 1; }))

@@ -7,7 +7,10 @@
 // (UntoleratedTaints naming infer-0's taint, no pods), then tolerates the taint in the inference
 // entry's podTemplate: one rank on each node, bound by the scheduler (so the toleration reached
 // the pod), trained to Succeeded, never more GPUs on train-0 than it has. GPU ranks run on CPUs
-// (--gpu-ranks-on-cpu). Skipped without kubectl.
+// (--gpu-ranks-on-cpu). A second job is gang-scheduled (runPolicy.schedulingPolicy: coscheduling,
+// with scheduler-plugins' PodGroup CRD applied): its PodGroup is stored before either worker pod
+// with minMember 2, the pods carry its label and schedulerName, and the job trains to Succeeded.
+// Skipped without kubectl.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -19,6 +22,7 @@
 
 #include "tests/e2e/kube_cluster.h"
 #include "tests/e2e/process.h"
+#include "tests/operator/cluster_objects.h"
 #include "tests/support/http_client.h"
 
 namespace qsync::test {
@@ -64,7 +68,7 @@ spec:
       resources: {limits: {nvidia.com/gpu: 1}}
 )";
 
-std::string job_yaml(int training_ranks, bool tolerate) {
+std::string job_yaml(int training_ranks, bool tolerate, bool gang = false) {
   std::string inference = "      - {name: infer, nodeSelector: {qsync.dev/pool: inference}, count: 1}\n";
   if (tolerate)
     inference =
@@ -87,7 +91,8 @@ spec:
       - {name: train, nodeSelector: {qsync.dev/pool: training}, count: )" +
          std::to_string(training_ranks) + R"(}
     inference:
-)" + inference + R"(  runPolicy: {backoffLimit: 1, cleanPodPolicy: None}
+)" + inference + R"(  runPolicy: {backoffLimit: 1, cleanPodPolicy: None)" +
+         (gang ? ", schedulingPolicy: {gang: coscheduling, scheduleTimeoutSeconds: 60}" : "") + R"(}
 )";
 }
 
@@ -200,6 +205,37 @@ TEST_F(SharedPoolE2eTest, TaintedInferenceNodeAndOneFreeTrainingGpu) {
   // The other team's pod was never displaced.
   const json holder = get("/api/v1/namespaces/default/pods/other-team");
   EXPECT_EQ(holder.value(json::json_pointer("/status/phase"), std::string()), "Running");
+}
+
+TEST_F(SharedPoolE2eTest, AGangScheduledJobHasItsPodGroupBeforeItsPodsAndTrains) {
+  ok({"apply", "-f", dir_->write("nodes.yaml", kNodes)});
+  ok({"apply", "-f", dir_->write("podgroup-crd.json", operator_test::pod_group_crd().dump())});
+  cluster_->start_operator(free_tcp_port());
+  ok({"apply", "-f", dir_->write("job-gang.yaml", job_yaml(1, true, true))});
+  const char* group_path = "/apis/scheduling.x-k8s.io/v1alpha1/namespaces/default/podgroups/shared";
+  // From the first pod seen on, the PodGroup is there, stored earlier, asking for both ranks.
+  ASSERT_TRUE(wait("two bound workers", 60s, [&] {
+    const std::vector<json> w = workers();
+    if (w.empty()) return false;
+    const json group = get(group_path);
+    EXPECT_TRUE(group.is_object()) << "worker pods exist without their PodGroup";
+    if (!group.is_object()) return true;
+    EXPECT_EQ(group["spec"]["minMember"], 2);
+    const int64_t group_rv = std::stoll(group["metadata"]["resourceVersion"].get<std::string>());
+    bool bound = w.size() == 2;
+    for (const json& p : w) {
+      EXPECT_LT(group_rv, std::stoll(p["metadata"]["resourceVersion"].get<std::string>())) << "a pod stored before its PodGroup";
+      EXPECT_EQ(p["metadata"]["labels"].value("scheduling.x-k8s.io/pod-group", ""), "shared");
+      EXPECT_EQ(p["spec"].value("schedulerName", ""), "scheduler-plugins-scheduler");
+      bound = bound && !p["spec"].value("nodeName", "").empty();
+    }
+    return bound;
+  }));
+  ASSERT_FALSE(HasFailure());
+  EXPECT_EQ(get(group_path)["metadata"]["ownerReferences"][0]["name"], "shared");
+  ASSERT_TRUE(wait("the job to succeed", 120s, [&] { return status().value("phase", "") == "Succeeded"; }));
+  const std::string log = cluster_->pod_log("default", "shared-worker-0");
+  EXPECT_NE(log.find("\"world_size\":2"), std::string::npos) << log;
 }
 
 }  // namespace

@@ -31,4 +31,33 @@ json hybrid_training_job(const std::string& name, const json& spec) {
           {"spec", spec}};
 }
 
+json pod_group_crd() {
+  const json spec_schema = {
+      {"type", "object"},
+      {"properties",
+       {{"minMember", {{"type", "integer"}, {"format", "int32"}, {"minimum", 1}}},
+        {"minResources", {{"type", "object"}, {"additionalProperties", {{"x-kubernetes-int-or-string", true}}}}},
+        {"scheduleTimeoutSeconds", {{"type", "integer"}, {"format", "int32"}}}}}};
+  const json schema = {{"type", "object"},
+                       {"properties",
+                        {{"apiVersion", {{"type", "string"}}},
+                         {"kind", {{"type", "string"}}},
+                         {"metadata", {{"type", "object"}}},
+                         {"spec", spec_schema},
+                         {"status", {{"type", "object"}, {"x-kubernetes-preserve-unknown-fields", true}}}}}};
+  return {{"apiVersion", "apiextensions.k8s.io/v1"},
+          {"kind", "CustomResourceDefinition"},
+          {"metadata", {{"name", "podgroups.scheduling.x-k8s.io"}}},
+          {"spec",
+           {{"group", "scheduling.x-k8s.io"},
+            {"scope", "Namespaced"},
+            {"names", {{"plural", "podgroups"}, {"singular", "podgroup"}, {"kind", "PodGroup"}, {"listKind", "PodGroupList"},
+                       {"shortNames", json::array({"pg", "pgs"})}}},
+            {"versions", json::array({{{"name", "v1alpha1"},
+                                       {"served", true},
+                                       {"storage", true},
+                                       {"subresources", {{"status", json::object()}}},
+                                       {"schema", {{"openAPIV3Schema", schema}}}}})}}}};
+}
+
 }  // namespace qsync::operator_test

@@ -1,7 +1,7 @@
 // File: tests/operator/cluster_objects.h
 // Kubernetes objects the operator's tests put into the API test server: a Ready Node with the
-// labels the job's pools select on, and a HybridTrainingJob with one training and one inference
-// pool. Tests add what they need on top (spec.merge_patch, more labels, allocatable resources).
+// labels the job's pools select on, a HybridTrainingJob with one training and one inference
+// pool, and scheduler-plugins' PodGroup CRD (gang scheduling). Tests add what they need on top (spec.merge_patch, more labels, allocatable resources).
 #pragma once
 
 #include <string>
@@ -23,5 +23,10 @@ nlohmann::json two_pool_job_spec(const std::string& zoo, const std::string& trai
 
 // A qsync.dev/v1alpha1 HybridTrainingJob named `name` in namespace "default" with `spec`.
 nlohmann::json hybrid_training_job(const std::string& name, const nlohmann::json& spec);
+
+// The PodGroup CRD of kubernetes-sigs/scheduler-plugins (scheduling.x-k8s.io/v1alpha1
+// podgroups, namespaced, a status subresource): spec.minMember, minResources and
+// scheduleTimeoutSeconds as its schema has them, status kept whole.
+nlohmann::json pod_group_crd();
 
 }  // namespace qsync::operator_test

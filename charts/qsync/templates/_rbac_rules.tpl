@@ -6,8 +6,9 @@ granted: the job and workload rules (cluster-wide, or per watched namespace), th
 (cluster-scoped objects: always a ClusterRole) and the leader-election rule (the Lease namespace).
 */}}
 
-{{/* HybridTrainingJobs, the children the reconciler creates, and the inference workloads it
-borrows GPUs from (scaled in and out by patching spec.replicas and its annotations). */}}
+{{/* HybridTrainingJobs, the children the reconciler creates (gang-scheduled jobs' PodGroups
+among them), and the inference workloads it borrows GPUs from (scaled in and out by patching
+spec.replicas and its annotations). */}}
 {{- define "qsync.rules.workloads" -}}
 - apiGroups: ["qsync.dev"]
   resources: ["hybridtrainingjobs"]
@@ -33,6 +34,9 @@ borrows GPUs from (scaled in and out by patching spec.replicas and its annotatio
 - apiGroups: ["apps"]
   resources: ["deployments", "statefulsets"]
   verbs: ["list", "watch", "patch"]
+- apiGroups: ["scheduling.x-k8s.io"]
+  resources: ["podgroups"]
+  verbs: ["get", "create", "update", "delete"]
 {{- end -}}
 
 {{/* The pool: the planner reads node labels (nvidia.com/gpu.product, device classes). */}}

@@ -139,7 +139,9 @@ INSTANTIATE_TEST_SUITE_P(
         SchemaCase{"no model", R"({"model": null})", "spec.model: Required value"},
         SchemaCase{"bad memory quantity", R"({"pool": {"inference": [{"name": "i", "memoryBudget": "lots"}]}})",
                    "spec.pool.inference[0].memoryBudget: Invalid value"},
-        SchemaCase{"string steps", R"({"steps": "300"})", "spec.steps: Invalid value"}),
+        SchemaCase{"string steps", R"({"steps": "300"})", "spec.steps: Invalid value"},
+        SchemaCase{"unknown gang scheduler", R"({"runPolicy": {"schedulingPolicy": {"gang": "yunikorn"}}})",
+                   "spec.runPolicy.schedulingPolicy.gang: Unsupported value: \"yunikorn\""}),
     [](const testing::TestParamInfo<SchemaCase>& info) {
       std::string name;
       for (const char* c = info.param.what; *c; ++c) name += std::isalnum(static_cast<unsigned char>(*c)) ? *c : '_';

@@ -58,7 +58,8 @@ json full_job() {
                    "indicator": "weight-error", "batchMoves": true, "profiles": "qsync-profile-",
                    "calibration": "cnn.calib.json"},
       "runPolicy": {"backoffLimit": 5, "activeDeadlineSeconds": 3600, "ttlSecondsAfterFinished": 600,
-                    "cleanPodPolicy": "All", "suspend": true, "managedBy": "kueue.x-k8s.io/multikueue"}
+                    "cleanPodPolicy": "All", "suspend": true, "managedBy": "kueue.x-k8s.io/multikueue",
+                    "schedulingPolicy": {"gang": "coscheduling", "scheduleTimeoutSeconds": 300}}
     },
     "status": {
       "phase": "Running", "message": "2 of 5 ranks running", "observedGeneration": 2,
@@ -116,6 +117,8 @@ TEST(HybridTrainingJob, FullObjectRoundTripsThroughTheStructs) {
   EXPECT_DOUBLE_EQ(job.spec.planning.step_time_target_seconds, 0.25);
   EXPECT_EQ(job.spec.run_policy.active_deadline_seconds, 3600);
   EXPECT_EQ(job.spec.run_policy.managed_by, "kueue.x-k8s.io/multikueue");
+  EXPECT_EQ(job.spec.run_policy.scheduling_policy->gang, "coscheduling");
+  EXPECT_EQ(job.spec.run_policy.scheduling_policy->schedule_timeout_seconds, 300);
   ASSERT_TRUE(job.status.has_value());
   EXPECT_EQ(job.status->plan->ranks[0].precision_mix, "fp32:4 int8:2");
   EXPECT_EQ(job.status->conditions[0].last_transition_time, "2025-01-31T12:00:00Z");
@@ -321,6 +324,18 @@ INSTANTIATE_TEST_SUITE_P(
                     R"({"pool": {"inference": [{"name": "i", "borrow": {"workload": {"kind": "ReplicaSet", "name": "x"},
                         "windows": [{"start": "0 20 * * *", "end": "0 7 * * *"}]}}]}})",
                     "spec.pool.inference[0].borrow.workload.kind: \"ReplicaSet\" is not one of Deployment, StatefulSet"},
+        // Gang scheduling (planner/job_scheduling_policy.h).
+        InvalidCase{"unknown gang scheduler", R"({"runPolicy": {"schedulingPolicy": {"gang": "yunikorn"}}})",
+                    "spec.runPolicy.schedulingPolicy.gang: \"yunikorn\" is not one of coscheduling"},
+        InvalidCase{"schedulingPolicy without gang", R"({"runPolicy": {"schedulingPolicy": {"scheduleTimeoutSeconds": 60}}})",
+                    "spec.runPolicy.schedulingPolicy.gang is missing"},
+        InvalidCase{"zero schedule timeout",
+                    R"({"runPolicy": {"schedulingPolicy": {"gang": "coscheduling", "scheduleTimeoutSeconds": 0}}})",
+                    "spec.runPolicy.schedulingPolicy.scheduleTimeoutSeconds must be at least 1, got 0"},
+        InvalidCase{"pod-group label in a podTemplate",
+                    R"({"runPolicy": {"schedulingPolicy": {"gang": "coscheduling"}},
+                        "podTemplate": {"labels": {"scheduling.x-k8s.io/pod-group": "mine"}}})",
+                    "spec.podTemplate.labels: \"scheduling.x-k8s.io/pod-group\" names the job's PodGroup"},
         InvalidCase{"minRanks above maxRanks", R"({"elasticPolicy": {"minRanks": 4, "maxRanks": 2}})",
                     "spec.elasticPolicy: minRanks 4 is above maxRanks 2"}),
     [](const testing::TestParamInfo<InvalidCase>& info) {

@@ -43,7 +43,8 @@ std::string env_of(const json& pod, const std::string& name) {
 ChildOptions child_options(const std::string& worker_image, int master_port = 29500, const std::string& gpu_worker_image = "",
                            bool gpu_ranks_on_cpu = false) {
   return {.worker_image = worker_image, .gpu_worker_image = gpu_worker_image, .gpu_ranks_on_cpu = gpu_ranks_on_cpu,
-          .master_port = master_port, .gpu_tolerations = json::array()};
+          .master_port = master_port, .gpu_tolerations = json::array(),
+          .gang_scheduler_name = ""};
 }
 
 bool has_arg(const std::vector<std::string>& cmd, const std::string& flag, const std::string& value = "") {

@@ -14,6 +14,7 @@
 
 #include "operator/api/crd_schema.h"
 #include "operator/api/hybrid_training_job_status.h"
+#include "operator/reconciler/comm_profiles.h"
 #include "operator/reconciler/desired_children.h"
 #include "operator/reconciler/job_controller_setup.h"
 #include "operator/reconciler/job_planning.h"
@@ -133,6 +134,7 @@ TEST_F(JobControllerTest, InformersHoldOnlyOwnedObjectsAndLabelledInputs) {
   // In another namespace, so that planning in "default" never reads them.
   server_.put_object(object("ConfigMap", "team-b", "profile", {{PROFILE_LABEL, "true"}}));
   server_.put_object(object("ConfigMap", "team-b", "calibration", {{CALIBRATION_LABEL, "true"}}));
+  server_.put_object(object("ConfigMap", "team-b", "comm", {{COMM_PROFILE_LABEL, "true"}}));
   RunningOperator op(*client_);
   create_job();
   ASSERT_TRUE(eventually([&] { return pods().size() == 2; })) << server_.recent_requests_text();
@@ -145,7 +147,9 @@ TEST_F(JobControllerTest, InformersHoldOnlyOwnedObjectsAndLabelledInputs) {
   EXPECT_EQ(names(m.informer_for(kube::config_maps_type(), "", PROFILE_LABEL).list()), (std::set<std::string>{"team-b/profile"}));
   EXPECT_EQ(names(m.informer_for(kube::config_maps_type(), "", CALIBRATION_LABEL).list()),
             (std::set<std::string>{"team-b/calibration"}));
-  EXPECT_EQ(names(op.reader().config_maps("team-b")), (std::set<std::string>{"team-b/profile", "team-b/calibration"}));
+  EXPECT_EQ(names(m.informer_for(kube::config_maps_type(), "", COMM_PROFILE_LABEL).list()), (std::set<std::string>{"team-b/comm"}));
+  EXPECT_EQ(names(op.reader().config_maps("team-b")),
+            (std::set<std::string>{"team-b/profile", "team-b/calibration", "team-b/comm"}));
   EXPECT_EQ(names(op.reader().config_maps("default")), (std::set<std::string>{"default/fm-plan"}));  // not "unrelated"
   // GPU accounting: every active pod of the cluster, the finished one left out.
   EXPECT_EQ(names(op.reader().all_pods()),

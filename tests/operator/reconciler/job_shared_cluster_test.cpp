@@ -5,7 +5,10 @@
 // inference entry tolerates it; a Kueue-queued job reports its pod sets while suspended and
 // starts only after a fake admission like Kueue's (unsuspend + a node selector injected) on the
 // admitted flavor's nodes; an edited count never mixes WORLD_SIZE values; startTime lost with a
-// failed status write is taken from the pods, so activeDeadlineSeconds still fires.
+// failed status write is taken from the pods, so activeDeadlineSeconds still fires; a
+// gang-scheduled job's PodGroup exists with minMember = the world size before its first pod,
+// follows an edited count before any pod of the new size, and goes when the gang is switched off;
+// without the PodGroup CRD no pod is created and Created=False says what to install.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -226,6 +229,73 @@ TEST_F(SharedClusterTest, StartTimeLostWithAStatusWriteComesFromThePods) {
   reconcile();
   EXPECT_EQ(status().start_time, "2026-01-01T00:00:00Z");
   EXPECT_EQ(condition_reason(api::CONDITION_FAILED), "DeadlineExceeded");
+}
+
+json pod_group(kube_test::ApiServer& server) {
+  return server.get_object("scheduling.x-k8s.io/v1alpha1", "podgroups", "default", "fm");
+}
+int64_t resource_version(const json& o) { return std::stoll(o["metadata"]["resourceVersion"].get<std::string>()); }
+
+const json GANG = {{"runPolicy", {{"schedulingPolicy", {{"gang", "coscheduling"}, {"scheduleTimeoutSeconds", 300}}}}}};
+
+TEST_F(SharedClusterTest, AGangJobHasItsPodGroupBeforeItsPods) {
+  server_.put_object(operator_test::pod_group_crd());
+  server_.put_object(gpu_node("train-1", {{"qsync.dev/pool", "training"}}, 4));
+  server_.put_object(gpu_node("infer-1", {{"qsync.dev/pool", "inference"}}, 4));
+  create_job(GANG);
+  reconcile();
+  ASSERT_EQ(pods().size(), 2u) << status().message;
+  const json group = pod_group(server_);
+  ASSERT_TRUE(group.is_object()) << "no PodGroup";
+  EXPECT_EQ(group["spec"]["minMember"], 2);
+  EXPECT_EQ(group["spec"]["scheduleTimeoutSeconds"], 300);
+  EXPECT_EQ(group["metadata"]["ownerReferences"][0]["uid"], job()["metadata"]["uid"]);
+  for (const json& p : pods()) {
+    EXPECT_LT(resource_version(group), resource_version(p)) << "pod " << p["metadata"]["name"] << " was stored before its PodGroup";
+    EXPECT_EQ(p["metadata"]["labels"]["scheduling.x-k8s.io/pod-group"], "fm");
+    EXPECT_EQ(p["spec"]["schedulerName"], "scheduler-plugins-scheduler");
+  }
+  set_running();
+  reconcile();
+  EXPECT_EQ(resource_version(pod_group(server_)), resource_version(group)) << "an unchanged PodGroup was written again";
+
+  // count 1 -> 3: the PodGroup asks for 4 members before any pod of the new size exists.
+  patch_spec({{"pool", {{"training", json::array({{{"name", "train"}, {"nodeSelector", {{"qsync.dev/pool", "training"}}}, {"count", 3}}})}}}});
+  size_t seen_new = 0;
+  for (int pass = 0; pass < 4; ++pass) {
+    reconcile();
+    for (const json& p : pods()) {
+      if (env_of(p, "WORLD_SIZE") != "4") continue;
+      ++seen_new;
+      EXPECT_EQ(pod_group(server_)["spec"]["minMember"], 4);
+      EXPECT_LT(resource_version(pod_group(server_)), resource_version(p));
+    }
+  }
+  EXPECT_GT(seen_new, 0u);
+  EXPECT_EQ(pod_group(server_)["spec"]["minMember"], 4);
+
+  // The gang switched off: the PodGroup goes (the garbage collector would only take it with the job).
+  patch_spec({{"runPolicy", {{"schedulingPolicy", nullptr}}}});
+  reconcile();
+  EXPECT_TRUE(pod_group(server_).is_null()) << pod_group(server_).dump();
+  reconcile();  // nothing left to delete
+  EXPECT_TRUE(pod_group(server_).is_null());
+}
+
+TEST_F(SharedClusterTest, AGangJobWithoutThePodGroupCrdCreatesNoPods) {
+  server_.put_object(gpu_node("train-1", {{"qsync.dev/pool", "training"}}, 4));
+  server_.put_object(gpu_node("infer-1", {{"qsync.dev/pool", "inference"}}, 4));
+  create_job(GANG);
+  reconcile();
+  EXPECT_TRUE(pods().empty());
+  EXPECT_EQ(condition_reason(api::CONDITION_CREATED), "CreateFailed");
+  EXPECT_NE(status().message.find("PodGroup resource (scheduling.x-k8s.io/v1alpha1 podgroups) is not installed"),
+            std::string::npos)
+      << status().message;
+  server_.put_object(operator_test::pod_group_crd());  // installed later: the next pass goes on
+  reconcile();
+  EXPECT_EQ(pods().size(), 2u) << status().message;
+  EXPECT_EQ(pod_group(server_)["spec"]["minMember"], 2);
 }
 
 }  // namespace

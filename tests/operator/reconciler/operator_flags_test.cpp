@@ -40,6 +40,8 @@ TEST(OperatorFlags, BooleansAndDefaults) {
   EXPECT_FALSE(parse_operator_flags({"--gpu-ranks-on-cpu=false"}).gpu_ranks_on_cpu);
   EXPECT_EQ(parse_operator_flags({"--gpu-worker-image", "qsync-worker-cuda:dev"}).gpu_worker_image, "qsync-worker-cuda:dev");
   EXPECT_EQ(parse_operator_flags({}).gpu_worker_image, "");
+  EXPECT_EQ(parse_operator_flags({}).gang_scheduler_name, "");
+  EXPECT_EQ(parse_operator_flags({"--gang-scheduler-name", "coscheduler"}).gang_scheduler_name, "coscheduler");
 }
 
 TEST(OperatorFlags, GpuTolerationsAreAJsonList) {
