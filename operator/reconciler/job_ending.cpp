@@ -25,15 +25,16 @@ void JobReconciler::mark_finished(Pass& p, const char* type, const std::string& 
   record(p, std::string(type) == api::CONDITION_SUCCEEDED ? "Normal" : "Warning", reason, message);
 }
 
-ReconcileResult JobReconciler::suspend(Pass& p) {
+ReconcileResult JobReconciler::suspend(Pass& p, const std::string& why) {
   int stopped = 0;
   for (const json& pod : p.pods)
     if (!terminating(pod)) {
       delete_quietly(kube::pods_type(), p.ns, name_of(pod));
       ++stopped;
     }
-  const std::string message = "suspended (spec.runPolicy.suspend): the worker pods were stopped after checkpointing on "
-                              "SIGTERM; set suspend to false to resume from the checkpoint";
+  const std::string message = !why.empty() ? why
+                              : "suspended (spec.runPolicy.suspend): the worker pods were stopped after checkpointing on "
+                                "SIGTERM; set suspend to false to resume from the checkpoint";
   const bool newly = !api::is_true(p.status.conditions, api::CONDITION_SUSPENDED);
   api::set_condition(p.status.conditions, api::CONDITION_SUSPENDED, api::CONDITION_TRUE, "Suspended", message,
                      p.generation, p.now);

@@ -143,10 +143,16 @@ ReconcileResult JobReconciler::reconcile(const std::string& key) {
     p.object = client_.update(hybrid_training_jobs_type(), p.object);  // before anything is borrowed
   if (api::is_finished(p.status.conditions)) {
     if (p.status.last_checkpoint_step != p.old_status.last_checkpoint_step) write_status(p);  // a late report
+    if (queued) finish_kueue_workload(p);
     return finish(p);
   }
   const std::string& manager = p.job.spec.run_policy.managed_by;
   if (!manager.empty() && manager != api::OPERATOR_MANAGER) return {};
+  if (queued) {
+    if (std::optional<ReconcileResult> r = queue_in_kueue(p)) return *r;
+  } else if (!p.old_status.pod_sets.empty()) {
+    leave_kueue(p);
+  }
   if (p.job.spec.run_policy.suspend) {
     if (!p.sources.empty()) return_borrowed(p, "the job is suspended");
     return suspend(p);

@@ -21,6 +21,11 @@
 // new attempt: status.resizes + 1, the old pods checkpoint on SIGTERM, the new plan's pods
 // resume from that checkpoint).
 //
+// Kueue (a job labelled kueue.x-k8s.io/queue-name): after the managedBy check and before the
+// suspend step, the job's Workload is ensured and decides spec.runPolicy.suspend (admitted:
+// false, with the flavors' node selectors; otherwise true); a finished job's Workload is marked
+// Finished (job_kueue_pass.cpp).
+//
 // Gang scheduling (spec.runPolicy.schedulingPolicy): the PodGroup (pod_group.h) is ensured
 // after the Service and before the pods; no pod is created while it cannot be. A job that borrows carries the finalizer
 // qsync.dev/return-borrowed: finishing, suspending or deleting it gives the workloads their
@@ -51,6 +56,8 @@
 #include "operator/reconciler/job_planning.h"
 
 namespace qsync::reconciler {
+
+struct KueueState;  // kueue_workload.h
 
 struct ReconcilerOptions {
   ChildOptions children;
@@ -108,7 +115,16 @@ class JobReconciler {
   controller::ReconcileResult run_pods(Pass& p, const JobPlan& plan, int64_t attempt, const std::string& note);
   // status.borrowedDevices and status.lending[].borrowedDevices from the plan's placement.
   void note_borrowed(Pass& p, const JobPlan& plan);
-  controller::ReconcileResult suspend(Pass& p);
+  // Stops the pods, Suspended=True; `why` replaces the message of a suspend the spec asked for.
+  controller::ReconcileResult suspend(Pass& p, const std::string& why = "");
+  // Kueue (job_kueue_pass.cpp, kueue_workload.h): a queued job's Workload, and the job started
+  // on admission and stopped on eviction. nullopt: admitted and running, the pass goes on.
+  std::optional<controller::ReconcileResult> queue_in_kueue(Pass& p);
+  controller::ReconcileResult start_admitted(Pass& p, const nlohmann::json& workload, const KueueState& s);
+  controller::ReconcileResult stop_for_kueue(Pass& p, const std::string& why);
+  controller::ReconcileResult fail_admission(Pass& p, const nlohmann::json& workload, const std::string& why);
+  void finish_kueue_workload(Pass& p);  // a finished job: its Workload Finished
+  void leave_kueue(Pass& p);            // the queue label removed: its Workload deleted
   void write_status(Pass& p);
   void mark_finished(Pass& p, const char* type, const std::string& reason, const std::string& message);
   void record(Pass& p, const std::string& type, const std::string& reason, const std::string& message);

@@ -12,6 +12,8 @@ import unittest
 from chart_rendering import (CHART_DIR, RELEASE_NAMESPACE, helm, load_yaml_file, objects_of_kind,
                              one_object, render_notes, render_objects)
 
+# Contract rules on cluster-scoped resources: the chart grants them in a ClusterRole even with rbac.namespaced.
+CLUSTER_SCOPED = {"nodes", "resourceflavors"}
 FULLNAME = "qsync"
 
 NON_DEFAULT_VALUES = {
@@ -252,7 +254,7 @@ class NonDefaultRenderTest(unittest.TestCase):
     def test_namespaced_rbac_without_leader_election(self):
         granted = granted_rules(self.objects, "trainer-operator", RELEASE_NAMESPACE)
         contract = contract_rules()
-        nodes = {t for t in contract if t[1] == "nodes"}
+        nodes = {t for t in contract if t[1] in CLUSTER_SCOPED}
         leases = {t for t in contract if t[1] == "leases"}
         self.assertEqual(set(granted), {"cluster", "ml-team"})
         self.assertEqual(granted["cluster"], nodes)
@@ -303,7 +305,7 @@ class NonDefaultRenderTest(unittest.TestCase):
         granted = granted_rules(objects, FULLNAME, RELEASE_NAMESPACE)
         contract = contract_rules()
         leases = {t for t in contract if t[1] == "leases"}
-        nodes = {t for t in contract if t[1] == "nodes"}
+        nodes = {t for t in contract if t[1] in CLUSTER_SCOPED}
         self.assertEqual(granted["qsync-leases"], leases)
         self.assertEqual(granted[RELEASE_NAMESPACE], contract - leases - nodes)
         self.assertEqual(granted["cluster"], nodes)

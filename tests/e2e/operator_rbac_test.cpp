@@ -12,7 +12,8 @@
 // is deleted by the test while running; job "gang" is gang-scheduled (scheduler-plugins'
 // coscheduling: its PodGroup exists with minMember 2 before its pods, follows an edited count to
 // 3, is deleted when the gang is switched off); job "borrower" borrows from a Deployment and a
-// StatefulSet (the finalizer added, both scaled in, then given back when the test deletes it).
+// StatefulSet (the finalizer added, both scaled in, then given back when the test deletes it);
+// job "queued" is queued in Kueue (its Workload created, rewritten, admitted, preempted, deleted).
 // Then the (verb, group, resource) set of the server's request summary (GET
 // /_test/requests?summary=1), less the test's own calls, must EQUAL charts/qsync/rbac-contract.yaml
 // less its `authorization` rules: a call the contract does not grant fails, and so does a
@@ -111,6 +112,13 @@ json gang_job(const std::string& name, int inference_ranks, bool gang = true) {
   spec["pool"]["inference"][0]["count"] = inference_ranks;
   if (gang) spec["runPolicy"] = {{"schedulingPolicy", {{"gang", "coscheduling"}, {"scheduleTimeoutSeconds", 120}}}};
   return operator_test::hybrid_training_job(name, spec);
+}
+
+// Queued in Kueue's LocalQueue "research": one A100 training rank, `inference_ranks` on the 4-GPU node.
+json queued_job(const std::string& name, int inference_ranks) {
+  json j = gang_job(name, inference_ranks, false);
+  j["metadata"]["labels"] = {{"kueue.x-k8s.io/queue-name", "research"}};
+  return j;
 }
 
 json training_job(const std::string& name) {
@@ -238,6 +246,24 @@ class OperatorRbacTest : public ::testing::Test {
   std::unique_ptr<test::Process> operator_;
   std::map<Rule, int64_t> own_calls_;  // the test's HTTP calls, counted by the server too
 
+  json kueue_workload() {
+    const std::vector<json> all = server_->list_objects("kueue.x-k8s.io/v1beta2", "workloads", "default");
+    return all.size() == 1 ? all[0] : json();
+  }
+  void kueue_admit() {
+    json wl = kueue_workload();
+    wl["status"] = {{"admission", {{"clusterQueue", "gpu-cq"},
+                                   {"podSetAssignments", json::array({{{"name", "train"}, {"flavors", {{"nvidia.com/gpu", "a100-flavor"}}}},
+                                                                      {{"name", "infer"}, {"flavors", {{"nvidia.com/gpu", "t4-flavor"}}}}})}}},
+                    {"conditions", json::array({{{"type", "QuotaReserved"}, {"status", "True"}, {"reason", "QuotaReserved"}},
+                                                {{"type", "Admitted"}, {"status", "True"}, {"reason", "Admitted"}}})}};
+    server_->put_object(wl);
+  }
+  void kueue_preempt() {
+    json wl = kueue_workload();
+    wl["status"]["conditions"].push_back({{"type", "Evicted"}, {"status", "True"}, {"reason", "Preempted"}, {"message", "preempted"}});
+    server_->put_object(wl);
+  }
   int delete_call(const std::string& group, const std::string& resource, const std::string& path) {
     ++own_calls_[{group, resource, "delete"}];
     return server_->call("DELETE", path).status;
@@ -334,6 +360,33 @@ TEST_F(OperatorRbacTest, TheOperatorCallsExactlyWhatTheContractGrants) {
   ASSERT_TRUE(eventually([&] {
     return job("borrower").is_null() && replicas("deployments", "chat") == 2 && replicas("statefulsets", "embed") == 2;
   })) << "deleting the borrowing job did not give its workloads back" << context();
+  // Job 5: queued in Kueue (the test plays Kueue's scheduler by writing the Workload's status):
+  // suspended, its Workload created, rewritten for an edited count, admitted on flavors (pods
+  // on them), preempted (pods stopped, quota released), then taken out of Kueue (Workload deleted).
+  server_->put_object(operator_test::kueue_workload_crd());
+  server_->put_object(operator_test::kueue_resource_flavor_crd());
+  server_->put_object(operator_test::resource_flavor("a100-flavor", {{"nvidia.com/gpu.product", "NVIDIA-A100-SXM4-80GB"}}));
+  server_->put_object(operator_test::resource_flavor("t4-flavor", {{"nvidia.com/gpu.product", "Tesla-T4"}}));
+  server_->put_object(queued_job("queued", 1));
+  ASSERT_TRUE(eventually([&] { return kueue_workload().is_object(); })) << "no Workload for job queued; phase " << phase("queued")
+                                                                         << context();
+  EXPECT_EQ(job("queued")["spec"]["runPolicy"]["suspend"], true);
+  replace_job(queued_job("queued", 2));
+  ASSERT_TRUE(eventually([&] { return kueue_workload()["spec"]["podSets"][1].value("count", 0) == 2; }))
+      << "the Workload kept the old count" << context();
+  kueue_admit();
+  ASSERT_TRUE(eventually([&] { return pods_of("queued").size() == 3; })) << "the admitted job made no pods; phase "
+                                                                         << phase("queued") << context();
+  kueue_preempt();
+  ASSERT_TRUE(eventually([&] { return pods_of("queued").empty() && !kueue_workload()["status"].contains("admission"); }))
+      << "the preempted job kept its pods or its quota" << context();
+  {
+    json j = job("queued");
+    j["metadata"]["labels"].erase("kueue.x-k8s.io/queue-name");
+    server_->put_object(j);
+  }
+  ASSERT_TRUE(eventually([&] { return kueue_workload().is_null(); })) << "the Workload stayed after the job left Kueue" << context();
+  ASSERT_EQ(delete_call("qsync.dev", "hybridtrainingjobs", "/apis/qsync.dev/v1alpha1/namespaces/default/hybridtrainingjobs/queued"), 200);
   std::this_thread::sleep_for(1s);  // a few more reconciles and lease renewals
   operator_->signal(SIGTERM);
   ASSERT_TRUE(operator_->wait_for(30s).has_value()) << "the operator did not stop on SIGTERM" << context();

@@ -3,6 +3,8 @@
 // (cluster_objects.h).
 #include "tests/operator/cluster_objects.h"
 
+#include <cctype>
+
 namespace qsync::operator_test {
 
 using json = nlohmann::json;
@@ -58,6 +60,42 @@ json pod_group_crd() {
                                        {"storage", true},
                                        {"subresources", {{"status", json::object()}}},
                                        {"schema", {{"openAPIV3Schema", schema}}}}})}}}};
+}
+
+namespace {
+
+json kueue_crd(const std::string& plural, const std::string& kind, bool namespaced) {
+  const json kept = {{"type", "object"}, {"x-kubernetes-preserve-unknown-fields", true}};
+  const json schema = {{"type", "object"},
+                       {"properties",
+                        {{"apiVersion", {{"type", "string"}}},
+                         {"kind", {{"type", "string"}}},
+                         {"metadata", {{"type", "object"}}},
+                         {"spec", kept},
+                         {"status", kept}}}};
+  json version = {{"name", "v1beta2"}, {"served", true}, {"storage", true}, {"schema", {{"openAPIV3Schema", schema}}}};
+  if (namespaced) version["subresources"] = {{"status", json::object()}};
+  std::string singular = kind;
+  for (char& c : singular) c = char(std::tolower(static_cast<unsigned char>(c)));
+  return {{"apiVersion", "apiextensions.k8s.io/v1"},
+          {"kind", "CustomResourceDefinition"},
+          {"metadata", {{"name", plural + ".kueue.x-k8s.io"}}},
+          {"spec",
+           {{"group", "kueue.x-k8s.io"},
+            {"scope", namespaced ? "Namespaced" : "Cluster"},
+            {"names", {{"plural", plural}, {"singular", singular}, {"kind", kind}, {"listKind", kind + "List"}}},
+            {"versions", json::array({version})}}}};
+}
+
+}  // namespace
+
+json kueue_workload_crd() { return kueue_crd("workloads", "Workload", true); }
+json kueue_resource_flavor_crd() { return kueue_crd("resourceflavors", "ResourceFlavor", false); }
+
+json resource_flavor(const std::string& name, const json& node_labels, const json& tolerations) {
+  json spec = {{"nodeLabels", node_labels}};
+  if (!tolerations.empty()) spec["tolerations"] = tolerations;
+  return {{"apiVersion", "kueue.x-k8s.io/v1beta2"}, {"kind", "ResourceFlavor"}, {"metadata", {{"name", name}}}, {"spec", spec}};
 }
 
 }  // namespace qsync::operator_test

@@ -1,7 +1,8 @@
 // File: tests/operator/cluster_objects.h
 // Kubernetes objects the operator's tests put into the API test server: a Ready Node with the
 // labels the job's pools select on, a HybridTrainingJob with one training and one inference
-// pool, and scheduler-plugins' PodGroup CRD (gang scheduling). Tests add what they need on top (spec.merge_patch, more labels, allocatable resources).
+// pool, scheduler-plugins' PodGroup CRD (gang scheduling) and Kueue's Workload and
+// ResourceFlavor CRDs. Tests add what they need on top (spec.merge_patch, more labels, allocatable resources).
 #pragma once
 
 #include <string>
@@ -28,5 +29,13 @@ nlohmann::json hybrid_training_job(const std::string& name, const nlohmann::json
 // podgroups, namespaced, a status subresource): spec.minMember, minResources and
 // scheduleTimeoutSeconds as its schema has them, status kept whole.
 nlohmann::json pod_group_crd();
+
+// Kueue's Workload (kueue.x-k8s.io/v1beta2 workloads, namespaced, a status subresource) and
+// ResourceFlavor (resourceflavors, cluster-scoped) CRDs; spec and status kept whole.
+nlohmann::json kueue_workload_crd();
+nlohmann::json kueue_resource_flavor_crd();
+// A ResourceFlavor named `name` whose nodes carry `node_labels`, its pods `tolerations`.
+nlohmann::json resource_flavor(const std::string& name, const nlohmann::json& node_labels,
+                               const nlohmann::json& tolerations = nlohmann::json::array());
 
 }  // namespace qsync::operator_test

@@ -37,13 +37,23 @@ spec.replicas and its annotations). */}}
 - apiGroups: ["scheduling.x-k8s.io"]
   resources: ["podgroups"]
   verbs: ["get", "create", "update", "delete"]
+- apiGroups: ["kueue.x-k8s.io"]
+  resources: ["workloads"]
+  verbs: ["get", "create", "update", "delete"]
+- apiGroups: ["kueue.x-k8s.io"]
+  resources: ["workloads/status"]
+  verbs: ["update"]
 {{- end -}}
 
-{{/* The pool: the planner reads node labels (nvidia.com/gpu.product, device classes). */}}
+{{/* Cluster-scoped reads: the pool's node labels (nvidia.com/gpu.product, device classes), and
+     the Kueue ResourceFlavors a queued job is admitted on (their node labels and tolerations). */}}
 {{- define "qsync.rules.nodes" -}}
 - apiGroups: [""]
   resources: ["nodes"]
   verbs: ["list", "watch"]
+- apiGroups: ["kueue.x-k8s.io"]
+  resources: ["resourceflavors"]
+  verbs: ["get"]
 {{- end -}}
 
 {{/* The leader-election Lease. */}}

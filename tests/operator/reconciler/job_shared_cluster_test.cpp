@@ -2,102 +2,21 @@
 // The reconciler on a shared cluster, against the in-process Kubernetes API test server (no
 // kubelet: the tests set Pod phases): the pool (a tainted inference node, a training
 // node with one GPU free of two) waits in Planning with the taint named, then runs once the
-// inference entry tolerates it; a Kueue-queued job reports its pod sets while suspended and
-// starts only after a fake admission like Kueue's (unsuspend + a node selector injected) on the
-// admitted flavor's nodes; an edited count never mixes WORLD_SIZE values; startTime lost with a
+// inference entry tolerates it (Kueue admission: job_kueue_test.cpp); an edited count never mixes WORLD_SIZE values; startTime lost with a
 // failed status write is taken from the pods, so activeDeadlineSeconds still fires; a
 // gang-scheduled job's PodGroup exists with minMember = the world size before its first pod,
 // follows an edited count before any pod of the new size, and goes when the gang is switched off;
 // without the PodGroup CRD no pod is created and Created=False says what to install.
 #include <gtest/gtest.h>
 
-#include <chrono>
-#include <cmath>
 #include <set>
 
-#include <prometheus/registry.h>
-
-#include "operator/api/crd_schema.h"
-#include "operator/api/hybrid_training_job.h"
-#include "operator/reconciler/job_reconciler.h"
-#include "tests/operator/api_server_fixture.h"
-#include "tests/operator/cluster_objects.h"
+#include "tests/operator/reconciler/shared_cluster_fixture.h"
 
 namespace qsync::reconciler {
 namespace {
 
 using json = nlohmann::json;
-
-const json INFERENCE_TAINT = {{"key", "dedicated"}, {"value", "inference"}, {"effect", "NoSchedule"}};
-
-json gpu_node(const std::string& name, json labels, int gpus, json taints = json::array()) {
-  labels["nvidia.com/gpu.product"] = "NVIDIA-A100-SXM4-80GB";
-  json n = operator_test::ready_node(name, labels, {{"memory", "64Gi"}, {"cpu", "16"}, {"nvidia.com/gpu", std::to_string(gpus)}});
-  if (!taints.empty()) n["spec"]["taints"] = taints;
-  return n;
-}
-
-class SharedClusterTest : public operator_test::ApiServerTest {
- protected:
-  SharedClusterTest() {
-    server_.put_object(api::hybrid_training_job_crd());
-    reader_ = std::make_unique<ApiClusterReader>(*client_);
-    events_ = std::make_unique<kube::EventRecorder>(*client_, "qsync-operator");
-    metrics_ = std::make_unique<JobMetrics>(registry_);
-    ReconcilerOptions options;
-    options.now_seconds = [this] { return clock_; };
-    options.children.gpu_tolerations = json::array({{{"key", "nvidia.com/gpu"}, {"operator", "Exists"}, {"effect", "NoSchedule"}}});
-    reconciler_ = std::make_unique<JobReconciler>(*client_, *reader_, events_.get(), metrics_.get(), options);
-    clock_ = std::floor(std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count());
-  }
-
-  void create_job(json spec_patch, json labels = json::object()) {
-    json spec = operator_test::two_pool_job_spec("cnn", "training", "inference");
-    spec.merge_patch(spec_patch);
-    json job = operator_test::hybrid_training_job("fm", spec);
-    if (!labels.empty()) job["metadata"]["labels"] = labels;
-    client_->create(hybrid_training_jobs_type(), "default", job);
-  }
-  void reconcile() { reconciler_->reconcile("default/fm"); }
-  json job() { return server_.get_object("qsync.dev/v1alpha1", "hybridtrainingjobs", "default", "fm"); }
-  api::HybridTrainingJobStatus status() { return api::hybrid_training_job_status_from_json(job()["status"]); }
-  std::string condition_reason(const char* type) {
-    const api::HybridTrainingJobStatus s = status();
-    const api::Condition* c = api::find_condition(s.conditions, type);
-    return c != nullptr ? c->reason : "<absent>";
-  }
-  std::vector<json> pods() {
-    std::vector<json> out;
-    for (const json& p : server_.list_objects("v1", "pods", "default"))
-      if (!p["metadata"].contains("deletionTimestamp") && p["metadata"].value("labels", json::object()).contains("qsync.dev/job"))
-        out.push_back(p);
-    return out;
-  }
-  void patch_spec(json patch) { client_->patch_merge(hybrid_training_jobs_type(), "default", "fm", {{"spec", patch}}); }
-  void set_running(const std::string& start_time = "") {
-    for (json p : pods()) {
-      p["status"] = {{"phase", "Running"}};
-      if (!start_time.empty()) p["status"]["startTime"] = start_time;
-      server_.put_object(p);
-    }
-  }
-  static std::string env_of(const json& pod, const std::string& name) {
-    for (const json& e : pod["spec"]["containers"][0]["env"])
-      if (e["name"] == name) return e.value("value", "");
-    return "<absent>";
-  }
-  static json hosts(const json& pod) {
-    return pod["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0]
-              ["matchExpressions"][0]["values"];
-  }
-
-  prometheus::Registry registry_;
-  std::unique_ptr<ApiClusterReader> reader_;
-  std::unique_ptr<kube::EventRecorder> events_;
-  std::unique_ptr<JobMetrics> metrics_;
-  std::unique_ptr<JobReconciler> reconciler_;
-  double clock_ = 0;
-};
 
 // The pool: the inference node is tainted, the training node has one GPU free of two.
 TEST_F(SharedClusterTest, TaintedInferenceNodeAndOneFreeGpu) {
@@ -146,50 +65,6 @@ TEST_F(SharedClusterTest, TaintedInferenceNodeAndOneFreeGpu) {
       EXPECT_EQ(tolerations.size(), 1u);
     }
   }
-}
-
-// Kueue's contract for a job CRD: created suspended, pod sets to reserve quota for, and on
-// admission RunWithPodSetsInfo injects the flavor's node selector and unsuspends it.
-TEST_F(SharedClusterTest, KueueAdmissionStartsTheJobOnTheAdmittedFlavor) {
-  for (const char* name : {"spot-1", "ondemand-1", "ondemand-2"})
-    server_.put_object(gpu_node(name, {{"qsync.dev/pool", "training"},
-                                       {"flavor", std::string(name).rfind("spot", 0) == 0 ? "spot" : "on-demand"}},
-                                1));
-  server_.put_object(gpu_node("infer-1", {{"qsync.dev/pool", "inference"}, {"flavor", "inference"}}, 1));
-  create_job({{"runPolicy", {{"suspend", true}}},
-              {"pool", {{"training", json::array({{{"name", "train"}, {"nodeSelector", {{"qsync.dev/pool", "training"}}}, {"count", 2}}})}}}},
-             {{"kueue.x-k8s.io/queue-name", "research"}});
-  reconcile();
-  EXPECT_TRUE(pods().empty());
-  EXPECT_EQ(status().phase, "Suspended");
-  const std::vector<api::PodSetStatus> sets = status().pod_sets;
-  ASSERT_EQ(sets.size(), 2u);
-  EXPECT_EQ(sets[0].name, "train");
-  EXPECT_EQ(sets[0].count, 2);
-  EXPECT_EQ(sets[0].requests.at("nvidia.com/gpu"), "1");
-  EXPECT_EQ(sets[0].requests.at("cpu"), "1");
-  EXPECT_EQ(sets[1].name, "infer");
-
-  // The fake admission: each pod set's flavor (on-demand for train) as its node selector, then
-  // unsuspend, as Kueue's RunWithPodSetsInfo does.
-  patch_spec({{"pool",
-               {{"training", json::array({{{"name", "train"}, {"nodeSelector", {{"qsync.dev/pool", "training"}}}, {"count", 2},
-                                           {"podTemplate", {{"nodeSelector", {{"flavor", "on-demand"}}}}}}})},
-                {"inference", json::array({{{"name", "infer"}, {"nodeSelector", {{"qsync.dev/pool", "inference"}}},
-                                            {"podTemplate", {{"nodeSelector", {{"flavor", "inference"}}}}}}})}}}});
-  patch_spec({{"runPolicy", {{"suspend", false}}}});
-  reconcile();
-  std::vector<json> train;
-  for (const json& p : pods())
-    if (p["metadata"]["labels"]["qsync.dev/pool-kind"] == "training") train.push_back(p);
-  ASSERT_EQ(train.size(), 2u) << status().message;
-  for (const json& p : train) {
-    EXPECT_EQ(p["spec"]["nodeSelector"]["flavor"], "on-demand");
-    // Kueue places the pods: affinity to the planned on-demand nodes, not one pinned host.
-    EXPECT_EQ(hosts(p), json::array({"ondemand-1", "ondemand-2"}));
-  }
-  EXPECT_EQ(pods().size(), 3u);
-  EXPECT_EQ(status().phase, "Pending");  // pods created, not yet running (no kubelet here)
 }
 
 TEST_F(SharedClusterTest, AnEditedCountRestartsEveryRankAtTheNewSize) {
