@@ -6,6 +6,7 @@
 // dead operator made, each created once and owned by the job, no restart counted, and the job
 // trained to Succeeded. Skipped without kubectl (operator_e2e_fixture.h).
 #include "tests/e2e/operator_e2e_fixture.h"
+#include "tests/support/http_client.h"
 
 namespace qsync::test {
 namespace {
@@ -22,10 +23,11 @@ json summary_row(const json& summary, const std::string& verb, const std::string
 
 class OperatorCrashE2eTest : public OperatorE2eTest {
  protected:
-  // The server's request counts (/_test/ requests are neither slowed nor counted).
+  // The server's request counts (/_test/ requests are neither slowed nor counted), read with a
+  // plain GET: kubectl's own discovery calls would be slowed too and close the window.
   json request_summary() {
-    const KubectlResult r = cluster_->kubectl({"get", "--raw", "/_test/requests?summary=1"});
-    return r.code == 0 ? json::parse(r.out, nullptr, false) : json::object();
+    const HttpResponse r = http_get("127.0.0.1", cluster_->server_port(), "/_test/requests?summary=1");
+    return r.status == 200 ? json::parse(r.body, nullptr, false) : json::object();
   }
   int64_t pods_created() {
     const json row = summary_row(request_summary(), "create", "pods");
