@@ -24,12 +24,13 @@ asan_tests=${QSYNC_SANITIZE_ASAN_TESTS:-"model_desc_test plan_file_test job_spec
   quantize_test kv_store_test rendezvous_test collectives_test checkpoint_test optimizer_test
   hybrid_training_job_test http_server_test kube_config_test kube_error_test kube_watch_test kube_client_server_test
   work_queue_test informer_test informer_server_test controller_test json_patch_test label_selector_test
-  lending_window_test operator_flags_test"}
+  lending_window_test operator_flags_test rendezvous_network_faults_test kueue_workload_test"}
 # What runs threads: store, collectives, multi-process data parallelism (communication thread and
 # gradient buckets inside every qsync-worker rank), informers, work queue, controllers.
 tsan_tests=${QSYNC_SANITIZE_TSAN_TESTS:-"kv_store_test rendezvous_test collectives_test data_parallel_test
   work_queue_test rate_limiter_test informer_test informer_server_test controller_test manager_test
-  leader_election_test http_server_test health_server_test kube_watch_test kube_client_server_test token_bucket_test"}
+  leader_election_test http_server_test health_server_test kube_watch_test kube_client_server_test token_bucket_test
+  rendezvous_network_faults_test"}
 launcher=()
 if command -v ccache >/dev/null 2>&1 && [ -z "${QSYNC_NO_CCACHE:-}" ]; then
   launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache)

@@ -1,6 +1,7 @@
 // File: worker/dist/kv_store.cpp
 // KeyValueClient: one TCP connection to the rendezvous store, retried until the timeout while the
-// server is not up yet, then request/response calls in the kv_protocol.h wire format.
+// server is not up yet, then request/response calls in the kv_protocol.h wire format; a
+// connection lost on the way is reconnected and the call repeated when that is safe.
 #include "worker/dist/kv_store.h"
 
 #include <fcntl.h>
@@ -27,6 +28,19 @@ using std::chrono::milliseconds;
 
 // How long past its own timeout a blocking call waits for the server's answer.
 constexpr milliseconds kAnswerGrace{5000};
+// A lost connection is reconnected for at most min(timeout, this) each time, at most
+// kMaxReconnects times in one call (a connection that keeps dropping fails the call).
+constexpr milliseconds kReconnectWindow{10000};
+constexpr int kMaxReconnects = 3;
+
+// Thrown inside a call when its connection closes or fails; the call reconnects or reports it.
+struct LostConnection {
+  std::string cause;
+};
+
+milliseconds time_left(Clock::time_point deadline) {
+  return std::max(milliseconds(0), std::chrono::duration_cast<milliseconds>(deadline - Clock::now()));
+}
 
 // One attempt at every address `host` resolves to; -1 and `error` when none answered.
 int try_connect(const std::string& host, int port, Clock::time_point deadline, std::string* error) {
@@ -111,17 +125,17 @@ std::string format_duration(milliseconds duration) {
 
 KeyValueClient::KeyValueClient(const std::string& host, int port, milliseconds timeout,
                                std::string who)
-    : address_((host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":" +
+    : host_(host),
+      port_(port),
+      address_((host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":" +
                std::to_string(port)),
       timeout_(timeout),
       who_(std::move(who)) {
   const auto deadline = Clock::now() + timeout;
   std::string last_error = "no attempt made";
   milliseconds backoff{20};
-  while (true) {
-    fd_ = try_connect(host, port, deadline, &last_error);
-    if (fd_ >= 0) break;
-    const auto left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now());
+  while ((fd_ = open_connection(deadline, &last_error)) < 0) {
+    const milliseconds left = time_left(deadline);
     if (left.count() <= 0) {
       throw std::runtime_error("could not reach the rendezvous master " + address_ + " within " +
                                format_duration(timeout) + " (" + who_ +
@@ -131,58 +145,127 @@ KeyValueClient::KeyValueClient(const std::string& host, int port, milliseconds t
     std::this_thread::sleep_for(std::min(backoff, left));
     backoff = std::min(backoff * 2, milliseconds(200));
   }
+}
+
+KeyValueClient::~KeyValueClient() { close_connection(); }
+
+int KeyValueClient::open_connection(Clock::time_point deadline, std::string* error) const {
+  const int fd = try_connect(host_, port_, deadline, error);
+  if (fd < 0) return -1;
   char magic[sizeof kv::kMagic];
   const auto answer_by = std::max(deadline, Clock::now() + kAnswerGrace);
-  if (kv::send_all(fd_, kv::kMagic, sizeof kv::kMagic) != kv::IoResult::kOk ||
-      kv::recv_all(fd_, magic, sizeof magic, answer_by) != kv::IoResult::kOk ||
-      std::memcmp(magic, kv::kMagic, sizeof magic) != 0) {
-    ::close(fd_);
-    fd_ = -1;
+  kv::IoResult got = kv::send_all(fd, kv::kMagic, sizeof kv::kMagic);
+  if (got == kv::IoResult::kOk) got = kv::recv_all(fd, magic, sizeof magic, answer_by);
+  if (got == kv::IoResult::kOk && std::memcmp(magic, kv::kMagic, sizeof magic) == 0) return fd;
+  ::close(fd);
+  if (got == kv::IoResult::kOk) {
     throw std::runtime_error("the service at " + address_ + " (" + who_ +
                              ") did not answer as a QSync rendezvous store: check that "
                              "MASTER_PORT is the port rank 0 listens on");
   }
+  *error = got == kv::IoResult::kTimedOut
+               ? "connected, but no answer to the greeting within " + format_duration(kAnswerGrace)
+               : "connected, but the connection was closed before the store answered";
+  return -1;
 }
 
-KeyValueClient::~KeyValueClient() {
-  if (fd_ >= 0) ::close(fd_);
-}
-
-void KeyValueClient::connection_lost(const std::string& what) {
+void KeyValueClient::close_connection() {
   if (fd_ >= 0) ::close(fd_);
   fd_ = -1;
-  throw std::runtime_error("lost the connection to the rendezvous master " + address_ + " (" +
-                           who_ + ") while " + what +
-                           ": rank 0 has exited or stopped the rendezvous; see its log");
+}
+
+std::string KeyValueClient::lost_message(const std::string& what, const std::string& cause) const {
+  return "lost the connection to the rendezvous master " + address_ + " (" + who_ + ") while " +
+         what + " (" + cause + ")";
+}
+
+void KeyValueClient::reconnect(const std::string& what, const std::string& cause) {
+  const milliseconds window = std::min(timeout_, kReconnectWindow);
+  const auto deadline = Clock::now() + window;
+  std::string last_error = "no attempt made";
+  milliseconds backoff{20};
+  while ((fd_ = open_connection(deadline, &last_error)) < 0) {
+    const milliseconds left = time_left(deadline);
+    if (left.count() <= 0) {
+      throw std::runtime_error(lost_message(what, cause) + " and could not reconnect within " +
+                               format_duration(window) + " (last error: " + last_error +
+                               "): rank 0 has exited or the network to it is down; see rank 0's "
+                               "log and check MASTER_ADDR/MASTER_PORT");
+    }
+    std::this_thread::sleep_for(std::min(backoff, left));
+    backoff = std::min(backoff * 2, milliseconds(200));
+  }
+  ++reconnections_;
+}
+
+template <typename Exchange>
+auto KeyValueClient::call(const std::string& what, bool repeatable, Exchange&& exchange) {
+  for (int reconnects = 0;; ++reconnects) {
+    request_sent_ = false;
+    try {
+      if (fd_ < 0) throw LostConnection{"an earlier error closed the connection"};
+      return exchange();
+    } catch (const LostConnection& lost) {
+      close_connection();
+      if (request_sent_ && !repeatable) {
+        throw std::runtime_error(lost_message(what, lost.cause) +
+                                 ": the request may have reached the store, and repeating it could "
+                                 "apply it twice, so it is not retried; check the network to rank "
+                                 "0 and see its log, then restart this rank");
+      }
+      if (reconnects == kMaxReconnects) {
+        throw std::runtime_error(lost_message(what, lost.cause) + " again after " +
+                                 std::to_string(kMaxReconnects) +
+                                 " reconnections in one call: the network to rank 0 keeps "
+                                 "dropping connections; check it and see rank 0's log");
+      }
+      reconnect(what, lost.cause);
+    }
+  }
+}
+
+void KeyValueClient::bad_answer(const std::string& what) {
+  close_connection();
+  throw std::runtime_error("the rendezvous master " + address_ + " sent " + who_ +
+                           " an answer outside the store's protocol while " + what +
+                           ": check that MASTER_PORT is the port rank 0 listens on");
 }
 
 void KeyValueClient::send_request(const std::vector<char>& request) {
-  if (fd_ < 0) connection_lost("sending a request on a connection an earlier error closed");
+  request_sent_ = true;  // a part may reach the server even when sending fails
+  errno = 0;
   if (kv::send_all(fd_, request.data(), request.size()) != kv::IoResult::kOk) {
-    connection_lost("sending a request");
+    throw LostConnection{std::string("sending failed: ") + std::strerror(errno)};
   }
 }
 
 void KeyValueClient::receive(void* data, size_t size, Clock::time_point deadline) {
+  errno = 0;
   const kv::IoResult r = kv::recv_all(fd_, data, size, deadline);
   if (r == kv::IoResult::kTimedOut) {
-    ::close(fd_);
-    fd_ = -1;
+    close_connection();
     throw std::runtime_error("the rendezvous master " + address_ + " did not answer " + who_ +
                              " in time: rank 0 may be hung or overloaded");
   }
-  if (r != kv::IoResult::kOk) connection_lost("waiting for an answer");
+  if (r == kv::IoResult::kOk) return;
+  const int err = errno;
+  throw LostConnection{r == kv::IoResult::kClosed && err != ECONNRESET
+                           ? "the other end closed it"
+                           : std::string(std::strerror(err))};
 }
 
 void KeyValueClient::set(const std::string& key, const std::vector<char>& value) {
   check_sizes(key, value.size());
   kv::Writer request;
   request.u8(kv::kSet).str(key).bytes(value);
+  const std::string what = "setting key '" + key + "'";
   std::lock_guard<std::mutex> lock(mutex_);
-  send_request(request.data());
-  uint8_t status = 0;
-  receive(&status, 1, Clock::now() + timeout_ + kAnswerGrace);
-  if (status != kv::kOk) connection_lost("setting key '" + key + "' (unexpected answer)");
+  call(what, true, [&] {
+    send_request(request.data());
+    uint8_t status = 0;
+    receive(&status, 1, Clock::now() + timeout_ + kAnswerGrace);
+    if (status != kv::kOk) bad_answer(what);
+  });
 }
 
 std::vector<char> KeyValueClient::get(const std::string& key) { return get(key, timeout_); }
@@ -197,7 +280,7 @@ std::vector<std::string> KeyValueClient::read_missing(Clock::time_point deadline
     unsigned char len_bytes[4];
     receive(len_bytes, 4, deadline);
     const uint32_t len = kv::decode_u32(len_bytes);
-    if (len > kv::kMaxKeyBytes) connection_lost("reading an answer (a key that is too long)");
+    if (len > kv::kMaxKeyBytes) bad_answer("reading an answer (a key that is too long)");
     std::string key(len, '\0');
     receive(key.data(), len, deadline);
     missing.push_back(std::move(key));
@@ -221,77 +304,91 @@ StoreWaitError KeyValueClient::wait_error(bool stopped, std::vector<std::string>
 
 std::vector<char> KeyValueClient::get(const std::string& key, milliseconds timeout) {
   check_sizes(key);
-  kv::Writer request;
-  request.u8(kv::kGet).str(key).i64(timeout.count());
+  const std::string what = "getting key '" + key + "'";
+  const auto until = Clock::now() + timeout;  // a repeated request waits only for what is left
   std::lock_guard<std::mutex> lock(mutex_);
-  send_request(request.data());
-  const auto deadline = Clock::now() + timeout + kAnswerGrace;
-  uint8_t status = 0;
-  receive(&status, 1, deadline);
-  if (status == kv::kTimeout || status == kv::kStopped) {
-    throw wait_error(status == kv::kStopped, read_missing(deadline), timeout);
-  }
-  if (status != kv::kOk) connection_lost("getting key '" + key + "' (unexpected answer)");
-  unsigned char size_bytes[4];
-  receive(size_bytes, 4, deadline);
-  const uint32_t size = kv::decode_u32(size_bytes);
-  if (size > kv::kMaxValueBytes) connection_lost("getting key '" + key + "' (value too large)");
-  std::vector<char> value(size);
-  receive(value.data(), size, deadline);
-  return value;
+  return call(what, true, [&] {
+    const milliseconds left = time_left(until);
+    kv::Writer request;
+    request.u8(kv::kGet).str(key).i64(left.count());
+    send_request(request.data());
+    const auto deadline = Clock::now() + left + kAnswerGrace;
+    uint8_t status = 0;
+    receive(&status, 1, deadline);
+    if (status == kv::kTimeout || status == kv::kStopped) {
+      throw wait_error(status == kv::kStopped, read_missing(deadline), timeout);
+    }
+    if (status != kv::kOk) bad_answer(what);
+    unsigned char size_bytes[4];
+    receive(size_bytes, 4, deadline);
+    const uint32_t size = kv::decode_u32(size_bytes);
+    if (size > kv::kMaxValueBytes) bad_answer(what + " (a value that is too large)");
+    std::vector<char> value(size);
+    receive(value.data(), size, deadline);
+    return value;
+  });
 }
 
 void KeyValueClient::wait(const std::vector<std::string>& keys, milliseconds timeout) {
   for (const std::string& k : keys) check_sizes(k);
-  kv::Writer request;
-  request.u8(kv::kWait).u32(static_cast<uint32_t>(keys.size()));
-  for (const std::string& k : keys) request.str(k);
-  request.i64(timeout.count());
+  const std::string what = "waiting for " + quote_keys(keys);
+  const auto until = Clock::now() + timeout;
   std::lock_guard<std::mutex> lock(mutex_);
-  send_request(request.data());
-  const auto deadline = Clock::now() + timeout + kAnswerGrace;
-  uint8_t status = 0;
-  receive(&status, 1, deadline);
-  if (status == kv::kOk) return;
-  if (status != kv::kTimeout && status != kv::kStopped) {
-    connection_lost("waiting for " + quote_keys(keys) + " (unexpected answer)");
-  }
-  throw wait_error(status == kv::kStopped, read_missing(deadline), timeout);
+  call(what, true, [&] {
+    const milliseconds left = time_left(until);
+    kv::Writer request;
+    request.u8(kv::kWait).u32(static_cast<uint32_t>(keys.size()));
+    for (const std::string& k : keys) request.str(k);
+    request.i64(left.count());
+    send_request(request.data());
+    const auto deadline = Clock::now() + left + kAnswerGrace;
+    uint8_t status = 0;
+    receive(&status, 1, deadline);
+    if (status == kv::kOk) return;
+    if (status != kv::kTimeout && status != kv::kStopped) bad_answer(what);
+    throw wait_error(status == kv::kStopped, read_missing(deadline), timeout);
+  });
 }
 
 int64_t KeyValueClient::add(const std::string& key, int64_t delta) {
   check_sizes(key);
   kv::Writer request;
   request.u8(kv::kAdd).str(key).i64(delta);
+  const std::string what = "adding to key '" + key + "'";
   std::lock_guard<std::mutex> lock(mutex_);
-  send_request(request.data());
-  const auto deadline = Clock::now() + timeout_ + kAnswerGrace;
-  uint8_t status = 0;
-  receive(&status, 1, deadline);
-  unsigned char bytes[8];
-  if (status == kv::kOk) {
-    receive(bytes, 8, deadline);
-    return kv::decode_i64(bytes);
-  }
-  if (status != kv::kBadRequest) connection_lost("adding to key '" + key + "' (bad answer)");
-  receive(bytes, 4, deadline);
-  const uint32_t length = kv::decode_u32(bytes);
-  if (length > kv::kMaxKeyBytes) connection_lost("adding to key '" + key + "' (bad answer)");
-  std::string message(length, '\0');
-  receive(message.data(), message.size(), deadline);
-  throw std::runtime_error("rendezvous store at " + address_ + ": " + message);
+  return call(what, false, [&]() -> int64_t {
+    send_request(request.data());
+    const auto deadline = Clock::now() + timeout_ + kAnswerGrace;
+    uint8_t status = 0;
+    receive(&status, 1, deadline);
+    unsigned char bytes[8];
+    if (status == kv::kOk) {
+      receive(bytes, 8, deadline);
+      return kv::decode_i64(bytes);
+    }
+    if (status != kv::kBadRequest) bad_answer(what);
+    receive(bytes, 4, deadline);
+    const uint32_t length = kv::decode_u32(bytes);
+    if (length > kv::kMaxKeyBytes) bad_answer(what);
+    std::string message(length, '\0');
+    receive(message.data(), message.size(), deadline);
+    throw std::runtime_error("rendezvous store at " + address_ + ": " + message);
+  });
 }
 
 bool KeyValueClient::check(const std::string& key) {
   check_sizes(key);
   kv::Writer request;
   request.u8(kv::kCheck).str(key);
+  const std::string what = "checking key '" + key + "'";
   std::lock_guard<std::mutex> lock(mutex_);
-  send_request(request.data());
-  unsigned char answer[2];
-  receive(answer, 2, Clock::now() + timeout_ + kAnswerGrace);
-  if (answer[0] != kv::kOk) connection_lost("checking key '" + key + "' (bad answer)");
-  return answer[1] != 0;
+  return call(what, true, [&] {
+    send_request(request.data());
+    unsigned char answer[2];
+    receive(answer, 2, Clock::now() + timeout_ + kAnswerGrace);
+    if (answer[0] != kv::kOk) bad_answer(what);
+    return answer[1] != 0;
+  });
 }
 
 }  // namespace qsync

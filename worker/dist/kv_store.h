@@ -5,6 +5,7 @@
 // Errors name the address, the key, the timeout and the rank that is asking.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -58,9 +59,14 @@ class KeyValueServer {
 };
 
 // The client: one TCP connection to the server. The constructor retries connecting until the
-// timeout passes (the server may start later than this rank). `who` says who is asking, e.g.
-// "rank 1 of 4", and goes into every error. get/wait/add block server-side; calls from several
-// threads are serialised, so give each thread that blocks on keys another thread sets its own client.
+// timeout passes (the server may start later than this rank, or a load balancer in front of it
+// may close connections until it is up). `who` says who is asking, e.g. "rank 1 of 4", and goes
+// into every error. get/wait/add block server-side; calls from several threads are serialised, so
+// give each thread that blocks on keys another thread sets its own client.
+// A lost connection (closed or reset on the way) is reconnected, for at most min(timeout, 10 s)
+// per loss and 3 times per call, and set/get/wait/check are sent again (they are idempotent; a
+// get or wait only for the time it has left). An add whose request may already have reached the
+// server is not repeated: it fails naming the store, the key and the cause.
 class KeyValueClient : public KeyValueStore {
  public:
   KeyValueClient(const std::string& host, int port, std::chrono::milliseconds timeout,
@@ -83,18 +89,36 @@ class KeyValueClient : public KeyValueStore {
   std::chrono::milliseconds timeout() const { return timeout_; }
   const std::string& address() const { return address_; }  // "host:port"
 
+  // How many times a lost connection was reconnected so far.
+  int reconnections() const { return reconnections_; }
+
  private:
-  std::vector<std::string> read_missing(std::chrono::steady_clock::time_point deadline);
+  using Clock = std::chrono::steady_clock;
+  // One connect and magic exchange: the socket, or -1 and `error` when a retry may help; throws
+  // when the far end answers but is not a rendezvous store.
+  int open_connection(Clock::time_point deadline, std::string* error) const;
+  // Runs `exchange` (one request and its answer; `what` names it in errors); on a lost connection
+  // reconnects and runs it again when `repeatable` or when nothing was sent yet.
+  template <typename Exchange>
+  auto call(const std::string& what, bool repeatable, Exchange&& exchange);
+  void reconnect(const std::string& what, const std::string& cause);
+  std::string lost_message(const std::string& what, const std::string& cause) const;
+  std::vector<std::string> read_missing(Clock::time_point deadline);
   StoreWaitError wait_error(bool stopped, std::vector<std::string> missing,
                             std::chrono::milliseconds timeout) const;
   void send_request(const std::vector<char>& request);
-  void receive(void* data, size_t size, std::chrono::steady_clock::time_point deadline);
-  [[noreturn]] void connection_lost(const std::string& what);
+  void receive(void* data, size_t size, Clock::time_point deadline);
+  [[noreturn]] void bad_answer(const std::string& what);
+  void close_connection();
 
+  std::string host_;
+  int port_;
   std::string address_;
   std::chrono::milliseconds timeout_;
   std::string who_;
   int fd_ = -1;
+  bool request_sent_ = false;  // in the current attempt of a call
+  std::atomic<int> reconnections_{0};
   std::mutex mutex_;
 };
 

@@ -44,7 +44,8 @@ class KeyValueStore {
 
 // Rank 0 starts the server on master_port (error when the port is in use: "port 29500 on
 // 127.0.0.1 is in use: pick another MASTER_PORT"); every rank connects (error when the master
-// cannot be reached within the timeout). Then all ranks check in; a rank that does not join within
+// cannot be reached within the timeout; a connection lost later is reconnected, see
+// KeyValueClient). Then all ranks check in; a rank that does not join within
 // the timeout is named, and a rank that reports another world size is refused.
 class Rendezvous {
  public:
