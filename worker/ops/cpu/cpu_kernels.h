@@ -2,7 +2,8 @@
 // Host kernels that other code shares with CpuOps: the layer-norm rows (tensor-parallel
 // inference, worker/tp/, runs the same arithmetic), im2col / col2im (calibration measures the
 // im2col norm of Conv2d inputs), and the canonical sum of squares of the optimizer's global
-// gradient norm (CudaOps computes the same tree, so every rank of a mixed job clips alike).
+// gradient norm (CudaOps computes the same tree, so every rank of a mixed job clips alike), and
+// attention's plain reference loops.
 #pragma once
 
 #include <cstdint>
@@ -33,5 +34,11 @@ void col2im_add(const float* cols, int64_t s0, int64_t samples, const ConvGeomet
 // and additions of zero are exact, so any implementation of this tree gives the same bits.
 inline constexpr int64_t CANONICAL_SUM_BLOCK = 2048;
 double canonical_sum_of_squares(const float* g, int64_t n);
+
+// Attention's score part as plain loops (cpu_attention.cpp): the oracle CpuOps::attention_forward
+// and attention_backward match bit for bit. qkv (B, T, 3C); att (B, H, T, T); out (B, T, C);
+// dout (B, T, C); dqkv (B, T, 3C), overwritten.
+void attention_forward_ref(const Tensor& qkv, const AttentionShape& s, Tensor& att, Tensor& out);
+void attention_backward_ref(const Tensor& qkv, const Tensor& att, const Tensor& dout, const AttentionShape& s, Tensor& dqkv);
 
 }  // namespace qsync
