@@ -5,7 +5,9 @@
 // job runs only while the Workload is admitted: on admission its entries get the assigned
 // flavors' node labels and tolerations and spec.runPolicy.suspend false (one update), on
 // eviction or a lost admission their own values back and suspend true; an evicted Workload's
-// quota is released once the job's pods are gone; a finished job marks its Workload Finished.
+// quota is released once the job's pods are gone; while admitted the Workload's PodsReady follows
+// the pods (Kueue's waitForPodsReady evicts a job that never reports it); a finished job marks
+// its Workload Finished.
 // Level-triggered: the Workload is read from the API each pass (no informer: Kueue's CRDs may be
 // absent), and a job waiting for admission is requeued after ReconcilerOptions::waiting_requeue.
 #include "operator/reconciler/job_reconcile_pass.h"
@@ -92,8 +94,9 @@ std::optional<ReconcileResult> JobReconciler::queue_in_kueue(Pass& p) {
   }
   const KueueState s = kueue_state(*live);
   if (s.admitted) {
-    if (!suspended) return std::nullopt;  // running under its admission
-    return start_admitted(p, *live, s);
+    if (suspended) return start_admitted(p, *live, s);
+    report_pods_ready(p, *live);
+    return std::nullopt;  // running under its admission
   }
   if (!suspended || has_kept_templates(p.object))
     return stop_for_kueue(p, s.evicted ? "Kueue evicted it (" + s.evicted_reason + ": " + s.evicted_message + ")"
@@ -143,6 +146,15 @@ ReconcileResult JobReconciler::fail_admission(Pass& p, const json& workload, con
   mark_finished(p, api::CONDITION_FAILED, "KueueAdmissionConflict", why);
   write_status(p);
   return finish(p);
+}
+
+void JobReconciler::report_pods_ready(Pass& p, const json& workload) {
+  const int64_t want = p.status.plan ? int64_t(p.status.plan->ranks.size()) : 0;
+  int64_t ready = 0;
+  for (const json& pod : p.pods)
+    if (!terminating(pod) && (pod_phase(pod) == "Running" || pod_phase(pod) == "Succeeded")) ++ready;
+  if (const std::optional<json> updated = pods_ready_workload(workload, ready, want, p.now))
+    client_.update_status(kueue_workloads_type(), *updated);
 }
 
 void JobReconciler::finish_kueue_workload(Pass& p) {

@@ -123,6 +123,7 @@ class JobReconciler {
   controller::ReconcileResult start_admitted(Pass& p, const nlohmann::json& workload, const KueueState& s);
   controller::ReconcileResult stop_for_kueue(Pass& p, const std::string& why);
   controller::ReconcileResult fail_admission(Pass& p, const nlohmann::json& workload, const std::string& why);
+  void report_pods_ready(Pass& p, const nlohmann::json& workload);  // PodsReady, written on a change
   void finish_kueue_workload(Pass& p);  // a finished job: its Workload Finished
   void leave_kueue(Pass& p);            // the queue label removed: its Workload deleted
   void write_status(Pass& p);

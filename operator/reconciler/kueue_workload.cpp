@@ -242,6 +242,22 @@ void set_kueue_condition(json& workload, const std::string& type, bool status, c
   conditions.push_back(c);
 }
 
+std::optional<json> pods_ready_workload(const json& workload, int64_t ready, int64_t want, const std::string& now) {
+  const json* c = find_condition(workload, "PodsReady");
+  const std::string was = c != nullptr ? c->value("reason", "") : "";
+  const bool all = want > 0 && ready >= want;
+  const bool lost_before = c != nullptr && (c->value("status", "") == "True" || was == "WaitForRecovery");
+  const std::string reason = all ? (was == "WaitForRecovery" ? "Recovered" : (was == "Recovered" ? "Recovered" : "Started"))
+                                 : (lost_before ? "WaitForRecovery" : "WaitForStart");
+  if (c != nullptr && c->value("status", "") == (all ? "True" : "False") && was == reason) return std::nullopt;
+  json updated = workload;
+  set_kueue_condition(updated, "PodsReady", all, reason,
+                      all ? "all " + std::to_string(want) + " worker pods are running"
+                          : std::to_string(ready) + " of " + std::to_string(want) + " worker pods are running",
+                      now);
+  return updated;
+}
+
 json finished_workload(json workload, const std::string& reason, const std::string& message, const std::string& now) {
   set_kueue_condition(workload, "Finished", true, reason, message, now);
   return workload;

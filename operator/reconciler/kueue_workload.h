@@ -7,8 +7,8 @@
 // (admitted, evicted, finished, the flavor of each pod set), the job spec on admission (each
 // assigned ResourceFlavor's nodeLabels and tolerations merged into its entry's podTemplate, the
 // entry's own values kept in an annotation) and on eviction (those values put back), and the
-// Workload status writes that are the job controller's: Finished, and the quota released once an
-// evicted job's pods are gone. The reconcile steps are in job_kueue_pass.cpp.
+// Workload status writes that are the job controller's: PodsReady, Finished, and the quota
+// released once an evicted job's pods are gone. The reconcile steps are in job_kueue_pass.cpp.
 //
 //   const json wl = desired_kueue_workload(job_object, job, gpu_tolerations);
 //   const KueueState s = kueue_state(live_workload);
@@ -85,6 +85,12 @@ void evicted_job(nlohmann::json& job_object);
 // keeping lastTransitionTime when the status does not change.
 void set_kueue_condition(nlohmann::json& workload, const std::string& type, bool status, const std::string& reason,
                          const std::string& message, const std::string& now);
+// The PodsReady condition Kueue's waitForPodsReady waits for (the job controller writes it):
+// True "Started" once `ready` of `want` pods run (want > 0), "Recovered" when they run again
+// after a loss; False "WaitForStart" before, "WaitForRecovery" after a loss. nullopt when the
+// Workload already says so (nothing to write).
+std::optional<nlohmann::json> pods_ready_workload(const nlohmann::json& workload, int64_t ready, int64_t want,
+                                                  const std::string& now);
 // The Workload with Finished=True (reason Succeeded or Failed, or FailedToStart).
 nlohmann::json finished_workload(nlohmann::json workload, const std::string& reason, const std::string& message,
                                  const std::string& now);

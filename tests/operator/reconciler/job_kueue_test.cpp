@@ -3,7 +3,7 @@
 // server with Kueue's Workload and ResourceFlavor CRDs and a fake Kueue that writes what Kueue's
 // scheduler writes (status.admission, QuotaReserved and Admitted; Evicted on preemption): a
 // queued job is suspended and owns a Workload with one pod set per entry; on admission it starts
-// on the assigned flavor's nodes with the flavor's tolerations; preempted, it stops, gets its
+// on the assigned flavor's nodes with the flavor's tolerations and reports PodsReady; preempted, it stops, gets its
 // entries' own values back and releases its quota once its pods are gone; admitted again, it
 // resumes, and when it succeeds its Workload is Finished. Pod sets edited before admission are
 // rewritten in place; without Kueue's CRDs the job waits, saying what to install.
@@ -122,9 +122,13 @@ TEST_F(KueueJobTest, AdmittedPreemptedReadmittedAndFinished) {
   EXPECT_EQ(pods().size(), 3u);
   EXPECT_EQ(workloads().size(), 1u);
   EXPECT_EQ(workload()["metadata"]["name"], wl["metadata"]["name"]);  // admitted, not replaced
+  reconcile();  // admitted and running its (pending) pods: Kueue's waitForPodsReady is told they are not up yet
+  EXPECT_EQ(condition(workload(), "PodsReady"), "False/WaitForStart");
   set_running();
   reconcile();
   EXPECT_EQ(status().phase, "Running");
+  reconcile();
+  EXPECT_EQ(condition(workload(), "PodsReady"), "True/Started");
 
   preempt();
   reconcile();  // suspended, the entries' own values back

@@ -1,7 +1,8 @@
 // File: tests/operator/reconciler/kueue_workload_test.cpp
 // The pure parts of the Kueue integration (kueue_workload.h): the Workload's name and pod sets,
-// equivalence that ignores what admission adds, Kueue's status read back, flavors merged into a
-// job and put back exactly, a contradicting label refused, and the quota release.
+// equivalence that ignores what admission adds, Kueue's status read back, PodsReady's
+// transitions, flavors merged into a job and put back exactly, a contradicting label refused,
+// and the quota release.
 #include "operator/reconciler/kueue_workload.h"
 
 #include <gtest/gtest.h>
@@ -111,6 +112,30 @@ TEST(KueueWorkload, StateReadsAdmissionEvictionAndFinish) {
   EXPECT_FALSE(r.has_admission);
   EXPECT_TRUE(kueue_state(finished_workload(admitted_workload(), "Succeeded", "done", "t")).finished);
   EXPECT_FALSE(kueue_state(finished_workload(admitted_workload(), "Succeeded", "done", "t")).admitted);
+}
+
+TEST(KueueWorkload, PodsReadyFollowsThePodsAndIsWrittenOnlyOnAChange) {
+  json wl = admitted_workload();
+  auto reason = [](const json& w) {
+    for (const json& c : w["status"]["conditions"])
+      if (c["type"] == "PodsReady") return c["status"].get<std::string>() + "/" + c["reason"].get<std::string>();
+    return std::string("<absent>");
+  };
+  std::optional<json> next = pods_ready_workload(wl, 1, 2, "t0");
+  ASSERT_TRUE(next);
+  EXPECT_EQ(reason(*next), "False/WaitForStart");
+  EXPECT_FALSE(pods_ready_workload(*next, 1, 2, "t1"));  // unchanged: nothing to write
+  next = pods_ready_workload(*next, 2, 2, "t2");
+  ASSERT_TRUE(next);
+  EXPECT_EQ(reason(*next), "True/Started");
+  next = pods_ready_workload(*next, 1, 2, "t3");  // a rank lost
+  ASSERT_TRUE(next);
+  EXPECT_EQ(reason(*next), "False/WaitForRecovery");
+  next = pods_ready_workload(*next, 2, 2, "t4");
+  ASSERT_TRUE(next);
+  EXPECT_EQ(reason(*next), "True/Recovered");
+  EXPECT_FALSE(pods_ready_workload(*next, 3, 2, "t5"));
+  EXPECT_EQ(reason(*pods_ready_workload(wl, 0, 0, "t6")), "False/WaitForStart");  // no plan yet: not ready
 }
 
 TEST(KueueWorkload, AdmissionMergesFlavorsAndEvictionPutsTheEntriesBackExactly) {
