@@ -4,7 +4,9 @@
 // functions are the plain loops (the oracle). CpuOps runs the same arithmetic in the same order
 // with the dot products over head channels turned inside out: K (and V) of a (batch, head) pair
 // transposed once into (hs, T), so each channel's products are added to a whole row of scores at
-// once, in vector lanes, each score still summed over channels 0, 1, ..., hs-1 from 0. No sum is
+// once, in vector lanes, each score still summed over channels 0, 1, ..., hs-1 from 0; att v and
+// the gradients are sums of rows kept in registers (dv and dk column by column over the rows t in
+// the oracle's order, after the softmax gradients of every row are known). No sum is
 // reassociated (and -ffp-contract=off fuses nothing), so the results are bit for bit the _ref's
 // (and the engine's numbers those of the loops before: std::exp stays scalar, as libmvec's
 // vector exp rounds differently).
@@ -134,25 +136,20 @@ void channel_dots(const float* x, const float* yt, int64_t hs, int64_t T, int64_
   }
 }
 
-// out[i] += sum over t2 < n of w[t2] * rows[t2 * stride + i] for i < hs, added in t2 order onto
-// out's value; eight i at a time in a register.
-void weighted_rows(const float* w, int64_t n, const float* rows, int64_t stride, int64_t hs, float* out) {
+// out[i] += sum over j < n of w[j * w_stride] * rows[j * stride + i] for i < hs, added in j
+// order onto out's value; eight i at a time in a register.
+void weighted_rows(const float* w, int64_t w_stride, int64_t n, const float* rows, int64_t stride, int64_t hs, float* out) {
   int64_t i = 0;
   for (; i + 8 <= hs; i += 8) {
     f32x8 sum = load8(out + i);
-    for (int64_t t2 = 0; t2 < n; ++t2) sum += w[t2] * load8(rows + t2 * stride + i);
+    for (int64_t j = 0; j < n; ++j) sum += w[j * w_stride] * load8(rows + j * stride + i);
     store8(out + i, sum);
   }
   for (; i < hs; ++i) {
     float sum = out[i];
-    for (int64_t t2 = 0; t2 < n; ++t2) sum += w[t2] * rows[t2 * stride + i];
+    for (int64_t j = 0; j < n; ++j) sum += w[j * w_stride] * rows[j * stride + i];
     out[i] = sum;
   }
-}
-
-// y[i] += a * x[i] for i < n
-void axpy(float a, const float* __restrict x, int64_t n, float* __restrict y) {
-  for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
 }
 
 std::vector<float>& scratch(size_t n) {
@@ -196,7 +193,7 @@ void CpuOps::attention_forward(const Tensor& qkv, const AttentionShape& s, bool 
         for (int64_t t2 = 0; t2 < T; ++t2) row[t2] = t2 < visible ? row[t2] * inv : 0.0f;
         float* o = op + (b * T + t) * C + h * hs;
         for (int64_t i = 0; i < hs; ++i) o[i] = 0.0f;
-        weighted_rows(row, visible, qp + b * T * 3 * C + 2 * C + h * hs, 3 * C, hs, o);  // att v
+        weighted_rows(row, 1, visible, qp + b * T * 3 * C + 2 * C + h * hs, 3 * C, hs, o);  // att v
       }
     }
 }
@@ -218,25 +215,32 @@ void CpuOps::attention_backward(const Tensor& qkv, const Tensor& att, const Tens
 #pragma omp parallel for collapse(2) schedule(static)
   for (int64_t b = 0; b < B; ++b)
     for (int64_t h = 0; h < H; ++h) {
-      std::vector<float>& buffer = scratch(size_t(hs * T + 2 * T));
+      std::vector<float>& buffer = scratch(size_t(hs * T + T + T * T));
       float* vt = buffer.data();                  // (hs, T)
       float* datt = buffer.data() + hs * T;       // (T)
-      float* dpre = buffer.data() + hs * T + T;   // (T)
+      float* dpre = buffer.data() + hs * T + T;   // (T, T): row t's softmax gradient
       transpose_head(qp + b * T * 3 * C, T, C, 2, h, hs, vt);
+      const float* att_bh = ap + (b * H + h) * T * T;
       for (int64_t t = 0; t < T; ++t) {
-        const float* row = ap + ((b * H + h) * T + t) * T;
+        const float* row = att_bh + t * T;
         const float* g = dop + (b * T + t) * C + h * hs;
         const int64_t visible = causal ? t + 1 : T;
         channel_dots(g, vt, hs, T, visible, datt);  // datt (T)
-        for (int64_t t2 = 0; t2 < visible; ++t2) axpy(row[t2], g, hs, dq + (b * T + t2) * 3 * C + 2 * C + h * hs);  // dv
         // softmax backward: dpre = att * (datt - sum(att * datt))
         float dot = 0.0f;
         for (int64_t t2 = 0; t2 < visible; ++t2) dot += row[t2] * datt[t2];
-        const float* q = qp + (b * T + t) * 3 * C + h * hs;
-        float* dqt = dq + (b * T + t) * 3 * C + h * hs;
-        for (int64_t t2 = 0; t2 < visible; ++t2) dpre[t2] = row[t2] * (datt[t2] - dot) * scale;
-        weighted_rows(dpre, visible, qp + b * T * 3 * C + C + h * hs, 3 * C, hs, dqt);  // dq = dpre k
-        for (int64_t t2 = 0; t2 < visible; ++t2) axpy(dpre[t2], q, hs, dq + (b * T + t2) * 3 * C + C + h * hs);  // dk
+        float* dp = dpre + t * T;
+        for (int64_t t2 = 0; t2 < visible; ++t2) dp[t2] = row[t2] * (datt[t2] - dot) * scale;
+        weighted_rows(dp, 1, visible, qp + b * T * 3 * C + C + h * hs, 3 * C, hs, dq + (b * T + t) * 3 * C + h * hs);  // dq
+      }
+      // dv[t2] = sum over t of att[t, t2] dout[t], dk[t2] = sum over t of dpre[t, t2] q[t]: the
+      // oracle adds them row t after row t, so here column t2 by column t2 over t in order.
+      for (int64_t t2 = 0; t2 < T; ++t2) {
+        const int64_t first = causal ? t2 : 0;  // the rows t that see t2
+        float* dv = dq + (b * T + t2) * 3 * C + 2 * C + h * hs;
+        float* dk = dq + (b * T + t2) * 3 * C + C + h * hs;
+        weighted_rows(att_bh + first * T + t2, T, T - first, dop + (b * T + first) * C + h * hs, C, hs, dv);
+        weighted_rows(dpre + first * T + t2, T, T - first, qp + (b * T + first) * 3 * C + h * hs, 3 * C, hs, dk);
       }
     }
 }
