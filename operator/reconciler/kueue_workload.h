@@ -34,7 +34,7 @@ inline constexpr const char* KUEUE_JOB_UID_LABEL = "kueue.x-k8s.io/job-uid";
 // On the job while Kueue's flavors are merged into its entries: each entry's own podTemplate
 // nodeSelector and tolerations ({"train": {"nodeSelector": {...}, "tolerations": [...]}}).
 inline constexpr const char* KUEUE_ORIGINAL_TEMPLATES_ANNOTATION = "qsync.dev/kueue-original-pod-templates";
-inline constexpr size_t KUEUE_MAX_POD_SETS = 8 + 10;  // Kueue's limit: 18 pod sets
+inline constexpr size_t KUEUE_MAX_POD_SETS = 18;  // Kueue's limit on a Workload's pod sets
 
 // "hybridtrainingjob-<job>-<5 hex digits of a hash of the job's name and uid>", Kueue's shape.
 std::string kueue_workload_name(const std::string& job, const std::string& uid);

@@ -9,6 +9,7 @@
 // rewritten in place; without Kueue's CRDs the job waits, saying what to install.
 #include <set>
 
+#include "operator/reconciler/kueue_workload.h"
 #include "tests/operator/reconciler/shared_cluster_fixture.h"
 
 namespace qsync::reconciler {
@@ -62,10 +63,6 @@ class KueueJobTest : public SharedClusterTest {
     wl["status"]["conditions"].push_back(
         {{"type", "Evicted"}, {"status", "True"}, {"reason", "Preempted"}, {"message", "preempted by a higher priority job"}});
     client_->update_status(kueue_workloads_type(), wl);
-  }
-  static const kube::ResourceType& kueue_workloads_type() {
-    static const kube::ResourceType t{"kueue.x-k8s.io", "v1beta2", "workloads", "Workload", true};
-    return t;
   }
   static std::string condition(const json& wl, const std::string& type) {
     for (const json& c : wl["status"].value("conditions", json::array()))
