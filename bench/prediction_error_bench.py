@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Prediction-error benchmark of the replayer on plans the profiles never saw (not a test).
 
-    bench/prediction_error_bench.py [--models mlp,cnn,vit,char-gpt] [--rounds 3] [--steps-scale 1]
+    bench/prediction_error_bench.py [--models mlp,cnn,vit,char-gpt] [--pools 2,3,4] [--rounds 3]
                                     [--json FILE] [--markdown FILE]
 
 For each (model, pool) the profiles are measured ONCE, by `qsync run` itself, at the job's even
@@ -156,6 +156,7 @@ def configurations(model, pool, tmp, rng):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", default="mlp,cnn,vit,char-gpt")
+    ap.add_argument("--pools", default="2,3,4", help="pool sizes to run (of those each model has: 3 and 4 for mlp and cnn)")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--json", default=os.path.join(ROOT, "build", "results", "prediction_error.json"))
@@ -166,7 +167,7 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         setups = []
         for model in args.models.split(","):
-            for pool in POOLS_OF[model]:
+            for pool in [p for p in POOLS_OF[model] if p in args.pools.split(",")]:
                 job, profiles, configs, _ = configurations(model, pool, tmp, rng)
                 for label, plans in configs.items():
                     setups.append({"model": model, "pool": pool, "config": label, "job": job, "profiles": profiles,

@@ -7,7 +7,8 @@
 // runner) makes the workers checkpoint and stop, the runner exit 130, and `qsync run --resume`
 // finish the job from that checkpoint. With the planner (allocator exact), the runner measures
 // the missing profiles and calibration statistics once, keeps them for the next run, and the
-// summary carries each rank's predicted step next to the measured one; a memory budget no
+// summary carries each rank's predicted step next to the measured one (pinned or not, the ranks
+// are profiled together, as the job runs them); a memory budget no
 // precision fits is refused naming the rank's device and the memory that would fit.
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -244,6 +245,23 @@ TEST(Runner, PlansWithTheExactAllocatorMeasuringOnceAndReportsPredictions) {
   EXPECT_EQ(second.out.find("measuring the"), std::string::npos) << second.out;
   EXPECT_EQ(second.out.find("collecting calibration"), std::string::npos) << second.out;
   EXPECT_EQ(second.summary["plan"]["ranks"], first.summary["plan"]["ranks"]) << "same measurements, same prediction";
+}
+
+// Unpinned ranks share the machine's CPUs in the job, so they are profiled the same way: all at
+// once, as one world that synchronizes its gradients, not one at a time alone (which left every
+// shared pool under-predicted).
+TEST(Runner, ProfilesUnpinnedRanksTogetherAsTheJobRunsThem) {
+  TempDir dir;
+  const std::string job = dir.write("job.yaml", job_yaml(8, "cpu-avx512", "cpu-avx2", "  model: {zoo: mlp}\n", "exact"));
+  const RunnerRun r = run_runner(dir, job, {"--profiles", dir.file("profiles"), "--no-pin"});
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_EQ(r.out.find("pinned:"), std::string::npos) << r.out;
+  for (const auto& rank : r.summary["ranks"]) EXPECT_EQ(rank.value("cpus", std::string()), "") << rank.dump(2);
+  for (const char* c : {"cpu-avx512", "cpu-avx2"}) {
+    const std::string text =
+        test::read_text(dir.file(std::string("profiles/mlp-fmnist.") + class_here(c) + ".b16.profile.json"));
+    EXPECT_NE(text.find("of a world of 2 synchronizing gradients"), std::string::npos) << c << ": " << text.substr(0, 600);
+  }
 }
 
 // --plans DIR: the given plan files run as they are (another split of the batch, a mixed plan),
