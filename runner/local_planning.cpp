@@ -212,8 +212,7 @@ LocalPlanning plan_local_job(const JobFile& file, const LocalPlanningInputs& in)
         " (once; kept in " + profiles + ")");
   const size_t pool_size = job.pool.local.size();
   std::vector<Measurement> profiling;
-  const bool pinned = in.rank_cpus.size() == pool_size;
-  if (!needs.empty() && pool_size > 1 && (pinned || in.rank_cpus.empty())) {
+  if (!needs.empty() && pool_size > 1) {
     const std::string port = std::to_string(free_loopback_port());
     std::vector<bool> taken(needs.size(), false);
     for (size_t r = 0; r < pool_size; ++r) {
@@ -228,7 +227,7 @@ LocalPlanning plan_local_job(const JobFile& file, const LocalPlanningInputs& in)
           break;
         }
       Measurement m{profile_args(device_class, batch, int(w.threads), out), logs + "/profile-rank-" + std::to_string(r) + ".log",
-                    pinned ? in.rank_cpus[r] : std::vector<int>{}, -1,
+                    in.rank_cpus.empty() ? std::vector<int>{} : in.rank_cpus.at(r), -1,
                     {{"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", port}, {"RANK", std::to_string(r)},
                      {"WORLD_SIZE", std::to_string(pool_size)}}};
       profiling.push_back(std::move(m));
@@ -241,7 +240,7 @@ LocalPlanning plan_local_job(const JobFile& file, const LocalPlanningInputs& in)
     }
     finish_measurements(profiling);
   } else {
-    for (const ProfileNeed& need : needs) {  // one at a time, alone
+    for (const ProfileNeed& need : needs) {  // a pool of one: alone
       std::vector<Measurement> one{{profile_args(need.device_class, need.batch, need.threads, profile_path(need)),
                                     logs + "/profile-" + need.device_class + "-b" + std::to_string(need.batch) + ".log",
                                     {}, -1, {}}};

@@ -247,8 +247,8 @@ std::optional<json> pods_ready_workload(const json& workload, int64_t ready, int
   const std::string was = c != nullptr ? c->value("reason", "") : "";
   const bool all = want > 0 && ready >= want;
   const bool lost_before = c != nullptr && (c->value("status", "") == "True" || was == "WaitForRecovery");
-  const std::string reason = all ? (was == "WaitForRecovery" ? "Recovered" : (was == "Recovered" ? "Recovered" : "Started"))
-                                 : (lost_before ? "WaitForRecovery" : "WaitForStart");
+  const bool recovering = was == "WaitForRecovery" || was == "Recovered";
+  const std::string reason = all ? (recovering ? "Recovered" : "Started") : (lost_before ? "WaitForRecovery" : "WaitForStart");
   if (c != nullptr && c->value("status", "") == (all ? "True" : "False") && was == reason) return std::nullopt;
   json updated = workload;
   set_kueue_condition(updated, "PodsReady", all, reason,
