@@ -115,6 +115,7 @@ void train_summary_write_json(const TrainSummary& s, const std::string& path) {
       {"steps", s.steps},
       {"start_step", s.start_step},
       {"steady_minor_page_faults_per_step", s.steady_minor_page_faults_per_step},
+      {"steady_steps_with_page_faults", s.steady_steps_with_page_faults},
       {"first_step_minor_page_faults", s.first_step_minor_page_faults},
       {"stopped_early", s.stopped_early},
       {"final_train_loss", s.final_train_loss},

@@ -249,7 +249,11 @@ TrainSummary train_run_reporting(const TrainConfig& c, TerminationReport& report
   if (!step_faults.empty()) s.first_step_minor_page_faults = step_faults.front();
   if (int64_t(step_faults.size()) > STEADY_STATE_WARMUP_STEPS) {
     int64_t faults = 0;
-    for (size_t i = STEADY_STATE_WARMUP_STEPS; i < step_faults.size(); ++i) faults += step_faults[i];
+    s.steady_steps_with_page_faults = 0;
+    for (size_t i = STEADY_STATE_WARMUP_STEPS; i < step_faults.size(); ++i) {
+      faults += step_faults[i];
+      s.steady_steps_with_page_faults += step_faults[i] > 0 ? 1 : 0;
+    }
     s.steady_minor_page_faults_per_step = double(faults) / double(step_faults.size() - STEADY_STATE_WARMUP_STEPS);
   }
   s.device_peak_bytes = rank_device.device_peak_bytes();

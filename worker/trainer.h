@@ -97,8 +97,11 @@ struct TrainSummary {
   int64_t peak_memory_bytes = 0, parameter_count = 0;
   // Minor page faults (getrusage, the whole process) per training step after the first
   // STEADY_STATE_WARMUP_STEPS of this run (-1: too few steps): 0 when activations and workspaces
-  // are reused across steps. first_step_minor_page_faults: those of the run's first step.
+  // are reused across steps. steady_steps_with_page_faults: how many of those steps took any (a
+  // per-step allocation faults in every step; a one-off, e.g. a library's late first touch, in
+  // one). first_step_minor_page_faults: those of the run's first step.
   double steady_minor_page_faults_per_step = -1;
+  int64_t steady_steps_with_page_faults = -1;
   int64_t first_step_minor_page_faults = 0;
   std::vector<double> losses;  // per step trained in this run
   std::string plan_summary;    // "conv1=int8 conv2=fp32 ..."

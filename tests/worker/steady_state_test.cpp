@@ -46,30 +46,32 @@ nlohmann::json train_steps(const std::string& model, const std::string& precisio
   return in ? nlohmann::json::parse(in) : nlohmann::json::object();
 }
 
-// Below one fault a step on average (measured here: 0.0-0.3; the residue is the libraries' own
-// first touches, e.g. a JIT kernel's buffers): a per-step allocation of any activation would
-// take at least one fault per 4 KiB page it touches, i.e. hundreds a step.
-constexpr double MAX_FAULTS_PER_STEP = 1.0;
+// Steady state: a per-step allocation of any activation faults in every step, at least once per
+// 4 KiB page it touches (hundreds a step), so only a minority of the 100 steps may take any
+// fault. The residue is a few steps' late first touches (not yet traced): measured on an AVX-512
+// BF16 VM, the INT8 CNN run alone takes 0.44 faults a step in 5 of the 100 steps, under the
+// parallel test suite 1.25 in 7; the FP32 CNN and the INT8 MLP 0.0 in 0.
+constexpr int64_t MAX_STEPS_WITH_FAULTS = 20;
+// The average, loosely (8x the worst measured): hundreds a step fail it by far.
+constexpr double MAX_FAULTS_PER_STEP = 10.0;
+
+void expect_steady(const nlohmann::json& s) {
+  EXPECT_GE(s.value("steady_steps_with_page_faults", int64_t(-1)), 0) << s.dump();
+  EXPECT_LE(s.value("steady_steps_with_page_faults", int64_t(-1)), MAX_STEPS_WITH_FAULTS) << s.dump();
+  EXPECT_GE(s.value("steady_minor_page_faults_per_step", -1.0), 0.0) << s.dump();
+  EXPECT_LT(s.value("steady_minor_page_faults_per_step", -1.0), MAX_FAULTS_PER_STEP) << s.dump();
+}
 
 TEST(SteadyState, CnnStepsTakeNoPageFaults) {
   const nlohmann::json s = train_steps("cnn", "fp32", 16);
-  EXPECT_GE(s.value("steady_minor_page_faults_per_step", -1.0), 0.0) << s.dump();
-  EXPECT_LT(s.value("steady_minor_page_faults_per_step", -1.0), MAX_FAULTS_PER_STEP) << s.dump();
+  expect_steady(s);
   EXPECT_GT(s.value("first_step_minor_page_faults", 0), 0) << "the first step does touch fresh memory";
 }
 
 // The im2col path (INT8 gradients) and the GEMM backend's operand copies (thread buffers).
-TEST(SteadyState, Int8AllCnnStepsTakeNoPageFaults) {
-  const nlohmann::json s = train_steps("cnn", "int8-all", 16);
-  EXPECT_GE(s.value("steady_minor_page_faults_per_step", -1.0), 0.0) << s.dump();
-  EXPECT_LT(s.value("steady_minor_page_faults_per_step", -1.0), MAX_FAULTS_PER_STEP) << s.dump();
-}
+TEST(SteadyState, Int8AllCnnStepsTakeNoPageFaults) { expect_steady(train_steps("cnn", "int8-all", 16)); }
 
-TEST(SteadyState, Int8MlpStepsTakeNoPageFaults) {
-  const nlohmann::json s = train_steps("mlp", "int8-all", 128);
-  EXPECT_GE(s.value("steady_minor_page_faults_per_step", -1.0), 0.0) << s.dump();
-  EXPECT_LT(s.value("steady_minor_page_faults_per_step", -1.0), MAX_FAULTS_PER_STEP) << s.dump();
-}
+TEST(SteadyState, Int8MlpStepsTakeNoPageFaults) { expect_steady(train_steps("mlp", "int8-all", 128)); }
 
 }  // namespace
 }  // namespace qsync

@@ -206,4 +206,35 @@ CharCorpus char_corpus_load(const std::string& path, int64_t seq_len, double val
   return c;
 }
 
+HeldOutWindows char_heldout_windows(const std::vector<int32_t>& validation, int64_t window) {
+  if (window < 1) throw std::invalid_argument("char_heldout_windows: window must be at least 1, got " + std::to_string(window));
+  const size_t stride = size_t(window) + 1;
+  const size_t windows = validation.size() / stride;
+  if (windows < 2)
+    throw std::invalid_argument("held-out text: the validation split has " + std::to_string(validation.size()) +
+                                " characters, fewer than two windows of " + std::to_string(stride) +
+                                " (one to calibrate on, one to evaluate); use a longer text or a shorter window");
+  HeldOutWindows h;
+  h.window = window;
+  for (size_t k = 0; k < windows; ++k) {
+    std::vector<int32_t>& part = k % 2 == 0 ? h.evaluation : h.calibration;
+    const auto first = validation.begin() + std::ptrdiff_t(k * stride);
+    part.insert(part.end(), first, first + std::ptrdiff_t(stride));
+  }
+  return h;
+}
+
+std::vector<int32_t> char_windows_spread(const std::vector<int32_t>& windows, int64_t window, int64_t n) {
+  const size_t stride = size_t(window) + 1;
+  const size_t have = windows.size() / stride;
+  if (n <= 0 || size_t(n) >= have) return {windows.begin(), windows.begin() + std::ptrdiff_t(have * stride)};
+  std::vector<int32_t> out;
+  out.reserve(size_t(n) * stride);
+  for (size_t i = 0; i < size_t(n); ++i) {
+    const auto first = windows.begin() + std::ptrdiff_t(i * have / size_t(n) * stride);
+    out.insert(out.end(), first, first + std::ptrdiff_t(stride));
+  }
+  return out;
+}
+
 }  // namespace qsync

@@ -68,4 +68,25 @@ CharCorpus char_corpus_from_text(std::string_view text, int64_t seq_len, double 
 // or unreadable file, or a folder without text files, throws with the path.
 CharCorpus char_corpus_load(const std::string& path, int64_t seq_len, double validation_fraction = 0.1);
 
+// Held-out text for a model that is adapted after training (SPD calibration) and then judged: the
+// validation split cut into windows of `window` inputs and their next token (window + 1 tokens; no
+// token in two windows), dealt alternately, even windows to `evaluation` and odd ones to
+// `calibration`. Both parts sample the whole split (a folder such as the fortunes ends with several
+// files of different styles, so halves would differ in kind) and no token is in both. A part is
+// its windows concatenated, window k at k * (window + 1): score it with that stride.
+//   HeldOutWindows h = char_heldout_windows(corpus.validation, 128);
+//   tp_evaluate(model, h.evaluation, 128, 400, 8, h.stride())
+struct HeldOutWindows {
+  int64_t window = 0;                // inputs per window
+  std::vector<int32_t> evaluation;   // (n_eval * (window + 1))
+  std::vector<int32_t> calibration;  // (n_cal * (window + 1))
+  int64_t stride() const { return window + 1; }
+};
+// Throws std::invalid_argument when `validation` holds fewer than two windows (naming the fix).
+HeldOutWindows char_heldout_windows(const std::vector<int32_t>& validation, int64_t window);
+
+// `n` windows of (window + 1) tokens, evenly spaced over `windows` (a part as above: its windows
+// concatenated), concatenated in order; all of them when n is 0 or not less than it holds.
+std::vector<int32_t> char_windows_spread(const std::vector<int32_t>& windows, int64_t window, int64_t n);
+
 }  // namespace qsync

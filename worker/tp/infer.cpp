@@ -249,8 +249,12 @@ InferSummary infer_run(const InferConfig& c) {
   s.generated_text = char_decode(generated);
 
   if (!c.eval.empty()) {
-    const CharCorpus corpus = char_corpus_load(c.eval, model.max_tokens(), 0.1);
-    const TpQuality q = tp_evaluate(model, corpus.validation, model.max_tokens(), c.eval_windows);
+    // The evaluation windows of the validation split (spd-plan calibrates on the others), spread
+    // over all of it.
+    const int64_t T = model.max_tokens();
+    const HeldOutWindows held_out = char_heldout_windows(char_corpus_load(c.eval, T, 0.1).validation, T);
+    const TpQuality q =
+        tp_evaluate(model, char_windows_spread(held_out.evaluation, T, c.eval_windows), T, 0, 8, held_out.stride());
     s.evaluated = true;
     s.eval_loss = q.loss;
     s.eval_perplexity = q.perplexity;

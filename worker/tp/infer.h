@@ -31,8 +31,9 @@ struct InferConfig {
   std::string drop;         // "" (the plan's set, else none) | "none" | "all" | "1,3"
   std::string link;         // worker/dist/link_model.h spec; "" = none
   int64_t repeat = 1;       // runs of prefill + decode; timings are medians
-  std::string eval;         // held-out text file: perplexity / accuracy over its validation split
-  int64_t eval_windows = 64;  // 0: all
+  std::string eval;         // held-out text file: perplexity / accuracy over the evaluation windows
+                            // of its validation split (char_heldout_windows)
+  int64_t eval_windows = 64;  // of them, evenly spaced; 0: all
   std::string logits_out;   // rank 0: the prefill's last-position logits (JSON)
   std::string summary_json; // rank 0: the summary (JSON)
   int threads = 1;

@@ -46,14 +46,19 @@ BlockShape spd_recovery_block_shape(const TransformerWeights& w, int64_t block, 
 }
 
 BlockInputs spd_block_inputs(TpTransformer& sim, const std::vector<int32_t>& tokens, int64_t window,
-                             int64_t max_windows, int64_t block) {
+                             int64_t max_windows, int64_t block, int64_t stride) {
   if (block < 0 || block >= sim.blocks())
     throw std::invalid_argument("spd_block_inputs: block " + std::to_string(block) + " is out of range; the model has " +
                                 std::to_string(sim.blocks()) + " blocks (0.." + std::to_string(sim.blocks() - 1) + ")");
   if (window < 1 || window > sim.max_tokens())
     throw std::invalid_argument("spd_block_inputs: window " + std::to_string(window) + " must be in 1.." +
                                 std::to_string(sim.max_tokens()) + " (the model's context)");
-  int64_t windows = int64_t(tokens.size()) / window;
+  if (stride == 0) stride = window;
+  if (stride < window)
+    throw std::invalid_argument("spd_block_inputs: stride " + std::to_string(stride) + " is shorter than the window " +
+                                std::to_string(window) + "; windows may not overlap");
+  const int64_t have = int64_t(tokens.size());
+  int64_t windows = have < window ? 0 : (have - window) / stride + 1;  // window k needs k * stride + window
   if (max_windows > 0 && windows > max_windows) windows = max_windows;
   if (windows < 1)
     throw std::invalid_argument("spd_block_inputs: " + std::to_string(tokens.size()) +
@@ -71,7 +76,9 @@ BlockInputs spd_block_inputs(TpTransformer& sim, const std::vector<int32_t>& tok
     for (int64_t first = 0; first < windows; first += WINDOWS_PER_FORWARD) {
       const int64_t n = std::min(WINDOWS_PER_FORWARD, windows - first);
       sim.reset(n);
-      const std::vector<int32_t> batch(tokens.begin() + first * window, tokens.begin() + (first + n) * window);
+      std::vector<int32_t> batch;  // (n, window)
+      for (int64_t k = first; k < first + n; ++k)
+        batch.insert(batch.end(), tokens.begin() + k * stride, tokens.begin() + k * stride + window);
       sim.forward(batch, n);  // (n, window): X arrives as (n * window, C), sequence by sequence
     }
   } catch (...) {

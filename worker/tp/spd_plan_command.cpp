@@ -23,11 +23,14 @@ namespace qsync {
 const char* SPD_PLAN_USAGE =
     "usage: qsync-worker spd-plan --model FILE|NAME --checkpoint C --tp N --data TEXT --out PLAN.json\n"
     "         [--budget ppl:1%|ppl:0.01|acc:0.5%] [--tau1 X] [--tau2 Y]\n"
-    "         [--strategy zero-shot|distill|head-group|auto] [--windows N (0: all)] [--window T]\n"
+    "         [--strategy zero-shot|distill|head-group|auto] [--windows N (200; 0: all)] [--window T]\n"
+    "         [--calibrate-on held-out|training]\n"
     "         [--allreduce-us X | --comm-profile FILE] [--link 50us,10GB/s]\n"
     "         [--distill-epochs N] [--distill-lr X] [--threads N] [--device-class C] [--quiet]\n"
-    "  Sync-Point Drop plan: block sensitivities on the text's training split, the drop set under the\n"
-    "  budget (recovered by distillation / head grouping as --strategy allows), predicted decode latency.\n";
+    "  Sync-Point Drop plan: block sensitivities on calibration windows of the text (by default the\n"
+    "  held-out ones: every other window of its validation split, the rest being what `infer --eval`\n"
+    "  scores), the drop set under the budget (recovered by distillation / head grouping as --strategy\n"
+    "  allows), predicted decode latency.\n";
 
 SpdPlanConfig spd_plan_parse_args(int argc, char** argv) {
   SpdPlanConfig c;
@@ -52,6 +55,12 @@ SpdPlanConfig spd_plan_parse_args(int argc, char** argv) {
        }},
       {"--windows", [&](const std::string& v) { c.windows = positive("--windows", parse_int_flag("--windows", v), 0); }},
       {"--window", [&](const std::string& v) { c.window = positive("--window", parse_int_flag("--window", v), 1); }},
+      {"--calibrate-on", [&](const std::string& v) {
+         if (v != "held-out" && v != "training")
+           throw std::invalid_argument("--calibrate-on must be held-out (the validation split's calibration "
+                                       "windows) or training (the training split), got '" + v + "'");
+         c.calibrate_on = v;
+       }},
       {"--allreduce-us", [&](const std::string& v) {
          c.allreduce_us = parse_double_flag("--allreduce-us", v);
          if (!(c.allreduce_us >= 0)) throw std::invalid_argument("--allreduce-us must be >= 0 microseconds, got " + v);
@@ -97,7 +106,7 @@ std::filesystem::path weights_path_beside(const std::string& plan) {
 }
 
 void print_report(const SpdPlan& plan, const SpdSensitivity& s, const SpdSelection& sel, const SpdAllreduceCost& cost,
-                  const std::string& strategy, const std::string& weights_file) {
+                  const SpdPlanConfig& c, const std::string& weights_file) {
   std::printf("SPD sensitivity (calibration perplexity: TP %.4f, SPD on every block %.4f; tau1 %.4g, tau2 %.4g)\n",
               s.tp.perplexity, s.all_spd.perplexity, plan.tau1, plan.tau2);
   std::printf("  %5s %12s %12s  %-20s %s\n", "block", "progressive", "alone", "class", "plan");
@@ -108,7 +117,7 @@ void print_report(const SpdPlan& plan, const SpdSensitivity& s, const SpdSelecti
     std::printf("  %5lld %12.5f %12.5f  %-20s %s\n", static_cast<long long>(b.block), b.progressive, b.alone,
                 spd_block_class_name(b.block_class), decision.c_str());
   }
-  std::printf("Selection (--strategy %s), in the order tried:\n", strategy.c_str());
+  std::printf("Selection (--strategy %s), in the order tried:\n", c.strategy.c_str());
   for (const SpdAttempt& a : sel.attempts) {
     std::printf("  block %lld %-13s perplexity %.4f accuracy %.4f  %s", static_cast<long long>(a.block),
                 spd_strategy_name(a.strategy), a.quality.perplexity, a.quality.accuracy,
@@ -120,9 +129,11 @@ void print_report(const SpdPlan& plan, const SpdSensitivity& s, const SpdSelecti
       std::printf("  (head distance %.3g vs contiguous %.3g)", a.within_rank_distance, a.contiguous_distance);
     std::printf("\n");
   }
-  std::printf("Calibration: perplexity TP %.4f -> planned %.4f (%+.2f%%), accuracy %.4f -> %.4f (%+.2f points)\n",
-              plan.perplexity_tp, plan.perplexity_planned, 100.0 * (plan.perplexity_planned / plan.perplexity_tp - 1.0),
-              plan.accuracy_tp, plan.accuracy_planned, 100.0 * (plan.accuracy_planned - plan.accuracy_tp));
+  std::printf("Calibration (%s windows): perplexity TP %.4f -> planned %.4f (%+.2f%%), "
+              "accuracy %.4f -> %.4f (%+.2f points)\n",
+              c.calibrate_on.c_str(), plan.perplexity_tp, plan.perplexity_planned,
+              100.0 * (plan.perplexity_planned / plan.perplexity_tp - 1.0), plan.accuracy_tp, plan.accuracy_planned,
+              100.0 * (plan.accuracy_planned - plan.accuracy_tp));
   std::printf("Predicted decode (TP %d): all-reduce %.1f us [%s], block compute %.1f us per rank;\n", plan.tp_degree,
               plan.allreduce_seconds * 1e6, cost.source.c_str(), plan.block_compute_seconds * 1e6);
   std::printf("  token %.1f us with every sync -> %.1f us planned (%zu of %lld blocks dropped): saving %.1f%%\n",
@@ -131,31 +142,32 @@ void print_report(const SpdPlan& plan, const SpdSensitivity& s, const SpdSelecti
   if (!weights_file.empty()) std::printf("Distilled weights: %s\n", weights_file.c_str());
 }
 
-// The calibration text from the training split. A corpus such as the fortunes is many files of
-// different styles one after the other, so a prefix would be one file: `cal.windows` windows are
-// spread evenly over the split instead, each followed by one window for the recovery inputs
+// The calibration windows: `text` is windows of cal.window inputs plus their next token, one
+// after the other (char_heldout_windows' calibration part, or a training split read that way);
+// 2 * cal.windows of them evenly spaced (all with --windows 0), dealt alternately to the budget
+// windows (`tokens`, each with its target, stride window + 1) and to the recovery inputs
 // (distillation and head grouping fit those; the budget is measured on the others, on text the
-// recovered blocks were not trained on). The windows are concatenated: the last position of
-// each scores the next window's first character (1 position in `window`, alike for TP and SPD).
-// With --windows 0, or a split too short to space them, the split's first and second halves.
-void spread_calibration_windows(const std::vector<int32_t>& train, SpdCalibration& cal) {
-  const size_t window = size_t(cal.window);
-  const size_t slots = 2 * size_t(std::max<int64_t>(cal.windows, 0));
-  const size_t stride = slots > 0 ? train.size() / slots : 0;
-  if (slots == 0 || stride <= window) {
-    const size_t half = train.size() / 2;
-    cal.tokens.assign(train.begin(), train.begin() + std::ptrdiff_t(half));
-    cal.recovery_tokens.assign(train.begin() + std::ptrdiff_t(half), train.end());
-    return;
+// recovered blocks were not trained on).
+void deal_calibration_windows(const std::vector<int32_t>& text, SpdCalibration& cal) {
+  const int64_t T = cal.window;
+  const size_t stride = size_t(T) + 1;
+  const std::vector<int32_t> picked = char_windows_spread(text, T, 2 * cal.windows);
+  const size_t n = picked.size() / stride;
+  if (n < 2)
+    throw std::invalid_argument("spd-plan: the calibration text holds " + std::to_string(n) + " window(s) of " +
+                                std::to_string(stride) + " characters, fewer than two (one for the budget, one for " +
+                                "recovery); give more text or a shorter --window");
+  cal.tokens.clear();
+  cal.recovery_tokens.clear();
+  for (size_t k = 0; k < n; ++k) {
+    const auto first = picked.begin() + std::ptrdiff_t(k * stride);
+    if (k % 2 == 0)
+      cal.tokens.insert(cal.tokens.end(), first, first + std::ptrdiff_t(stride));
+    else
+      cal.recovery_tokens.insert(cal.recovery_tokens.end(), first, first + std::ptrdiff_t(T));
   }
-  for (size_t slot = 0; slot < slots; ++slot) {
-    std::vector<int32_t>& out = slot % 2 == 0 ? cal.tokens : cal.recovery_tokens;
-    const auto first = train.begin() + std::ptrdiff_t(slot * stride);
-    out.insert(out.end(), first, first + std::ptrdiff_t(window));
-  }
-  // The last window's last position needs the character after it.
-  cal.tokens.push_back(train[(slots - 2) * stride + window]);
-  cal.recovery_tokens.push_back(train[(slots - 1) * stride + window]);
+  cal.stride = int64_t(stride);
+  cal.windows = 0;  // all of `tokens`
 }
 
 }  // namespace
@@ -177,8 +189,10 @@ SpdPlan spd_plan_run(const SpdPlanConfig& c) {
     throw std::invalid_argument("--window " + std::to_string(cal.window) + " is longer than the model's context (" +
                                 std::to_string(weights.max_tokens) + " tokens); pass at most that");
   cal.windows = c.windows;
-  const std::vector<int32_t> train = char_corpus_load(c.data, cal.window, 0.1).train;
-  spread_calibration_windows(train, cal);
+  const CharCorpus corpus = char_corpus_load(c.data, cal.window, 0.1);
+  deal_calibration_windows(c.calibrate_on == "training" ? corpus.train
+                                                         : char_heldout_windows(corpus.validation, cal.window).calibration,
+                           cal);
 
   SpdSensitivity s = spd_measure_sensitivity(weights, layout, cal);
   SpdThresholds t = spd_default_thresholds(budget, s.tp.perplexity, L);
@@ -227,7 +241,7 @@ SpdPlan spd_plan_run(const SpdPlanConfig& c) {
   }
   spd_plan_write(plan, c.out);
   if (!c.quiet) {
-    print_report(plan, s, sel, cost, c.strategy, weights_file);
+    print_report(plan, s, sel, cost, c, weights_file);
     std::printf("Plan: %s\n", c.out.c_str());
   }
   return plan;

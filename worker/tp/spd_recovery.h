@@ -21,7 +21,8 @@ namespace qsync {
 class TpTransformer;
 
 // Block inputs of `block`, (S, T, C) row-major: S = the windows scored, T = window, from the
-// simulation running with its current dropped set (the blocks before `block` as deployed).
+// simulation running with its current dropped set (the blocks before `block` as deployed). Window
+// k of `tokens` starts at k * stride (0: window, consecutive text).
 struct BlockInputs {
   int64_t sequences = 0;  // S
   int64_t tokens = 0;     // T
@@ -29,7 +30,7 @@ struct BlockInputs {
   std::vector<float> x;   // (S, T, C)
 };
 BlockInputs spd_block_inputs(TpTransformer& sim, const std::vector<int32_t>& tokens, int64_t window,
-                             int64_t max_windows, int64_t block);
+                             int64_t max_windows, int64_t block, int64_t stride = 0);
 
 struct DistillConfig {
   int64_t epochs = 10;

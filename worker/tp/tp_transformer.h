@@ -97,7 +97,9 @@ TpTransformer tp_simulation(const TransformerWeights& weights, const TpLayout& l
 TpTransformer tp_rank(const TransformerWeights& weights, const TpLayout& layout, Collectives& coll);
 
 // Held-out quality of next-token prediction over `tokens` split into windows of `window` tokens
-// (each window scored from an empty cache, in one prefill; at most `max_windows`, 0 = all).
+// (each window scored from an empty cache, in one prefill; at most `max_windows`, 0 = all). Window
+// k starts at k * stride (0: `window`, consecutive text); a stride of window + 1 scores windows that
+// each carry their own last target (char_heldout_windows' parts).
 struct TpQuality {
   double loss = 0;          // mean cross-entropy (nats) over scored positions
   double perplexity = 0;    // exp(loss)
@@ -105,6 +107,6 @@ struct TpQuality {
   int64_t positions = 0;
 };
 TpQuality tp_evaluate(TpTransformer& model, const std::vector<int32_t>& tokens, int64_t window,
-                      int64_t max_windows = 0, int64_t batch = 8);
+                      int64_t max_windows = 0, int64_t batch = 8, int64_t stride = 0);
 
 }  // namespace qsync

@@ -1,6 +1,6 @@
 // File: tests/worker/data/char_corpus_test.cpp
 // Unit tests for worker/data/char_corpus.h: the 96-symbol vocabulary, encode/decode round trips,
-// the train/validation split, folders of text files (name order, binary and *.u8 files skipped,
+// the train/validation split, held-out evaluation and calibration windows, folders of text files (name order, binary and *.u8 files skipped,
 // fortune's "%" separators as empty lines) and the errors for empty, short and missing inputs.
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -77,6 +77,37 @@ TEST(CharCorpus, SplitHoldsOutTheEnd) {
   CharCorpus all = char_corpus_from_text(text, 8, 0.0);
   EXPECT_EQ(all.train.size(), size_t(100));
   EXPECT_TRUE(all.validation.empty());
+}
+
+TEST(CharCorpus, HeldOutWindowsAlternateOverTheWholeValidationSplit) {
+  std::vector<int32_t> validation(5 * 9 + 3);  // 5 windows of 8 inputs + 1 target, 3 left over
+  for (size_t i = 0; i < validation.size(); ++i) validation[i] = int32_t(i % 96);
+  const HeldOutWindows h = char_heldout_windows(validation, 8);
+  EXPECT_EQ(h.stride(), 9);
+  const std::vector<int32_t> even = [&] {
+    std::vector<int32_t> v;
+    for (int k : {0, 2, 4}) v.insert(v.end(), validation.begin() + k * 9, validation.begin() + (k + 1) * 9);
+    return v;
+  }();
+  const std::vector<int32_t> odd = [&] {
+    std::vector<int32_t> v;
+    for (int k : {1, 3}) v.insert(v.end(), validation.begin() + k * 9, validation.begin() + (k + 1) * 9);
+    return v;
+  }();
+  EXPECT_EQ(h.evaluation, even);
+  EXPECT_EQ(h.calibration, odd);  // the values are positions: no token is in both parts
+
+  // Spread: n of the 3 evaluation windows, evenly spaced; 0 or too many: all of them.
+  EXPECT_EQ(char_windows_spread(h.evaluation, 8, 0), h.evaluation);
+  EXPECT_EQ(char_windows_spread(h.evaluation, 8, 7), h.evaluation);
+  const std::vector<int32_t> two = char_windows_spread(h.evaluation, 8, 2);  // windows 0 and 1 (= 3 * 1 / 2)
+  EXPECT_EQ(two, std::vector<int32_t>(h.evaluation.begin(), h.evaluation.begin() + 18));
+  const std::vector<int32_t> one = char_windows_spread(h.calibration, 8, 1);
+  EXPECT_EQ(one, std::vector<int32_t>(h.calibration.begin(), h.calibration.begin() + 9));
+
+  const std::string e = error_of([&] { char_heldout_windows(std::vector<int32_t>(17), 8); });
+  EXPECT_NE(e.find("fewer than two windows of 9"), std::string::npos) << e;
+  EXPECT_NE(e.find("shorter window"), std::string::npos) << e;
 }
 
 TEST(CharCorpus, EmptyAndTooShortTextsGiveClearErrors) {

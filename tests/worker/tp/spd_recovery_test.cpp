@@ -357,6 +357,20 @@ TEST(SpdHeadGrouping, SwapSearchForManyHeads) {
   EXPECT_NO_THROW(tp_layout_check(w, tp_layout_with_grouping(tp_layout_contiguous(w, 4), 0, g)));
 }
 
+TEST_F(SpdRecovery, BlockInputsOfStridedWindowsAreThoseOfTheWindowsAlone) {
+  TpTransformer sim = tp_simulation(w(), tp_layout_contiguous(w(), 2));
+  // Windows of SEQ inputs 3 tokens apart (each followed by tokens it does not read).
+  const std::vector<int32_t>& text = *calibration_;
+  std::vector<int32_t> consecutive;
+  for (int64_t k = 0; k < 5; ++k)
+    consecutive.insert(consecutive.end(), text.begin() + k * (SEQ + 3), text.begin() + k * (SEQ + 3) + SEQ);
+  const BlockInputs strided = spd_block_inputs(sim, text, SEQ, 5, 1, /*stride=*/SEQ + 3);
+  const BlockInputs alone = spd_block_inputs(sim, consecutive, SEQ, 5, 1);
+  ASSERT_EQ(strided.sequences, 5);
+  EXPECT_EQ(strided.x, alone.x);  // the same windows in the same batches: bit-identical
+  EXPECT_THROW(spd_block_inputs(sim, text, SEQ, 5, 1, /*stride=*/SEQ - 1), std::invalid_argument);
+}
+
 // ---------------------------------------------------------------------------------------------
 // bad input
 

@@ -316,6 +316,39 @@ TEST(SpdPlanCommand, WritesAPlanThatMatchesItsModelAndRefusesAnother) {
   EXPECT_THROW(spd_plan_check_matches(plan, t.desc.name, t.desc.hash, 4), std::invalid_argument);
 }
 
+// By default the calibration windows are held out of training (the validation split's odd
+// windows); --calibrate-on training is the training split. The model has learnt its training text
+// better, so the two calibrations see different perplexities.
+TEST(SpdPlanCommand, CalibratesOnHeldOutWindowsUnlessToldTraining) {
+  const Trained& t = trained();
+  auto plan_with = [&](std::vector<std::string> extra) {
+    std::vector<std::string> args = {"--model", t.model_file, "--checkpoint", t.checkpoint_dir, "--tp", "2",
+                                     "--data", t.data_file, "--budget", "ppl:2%", "--windows", "8", "--window",
+                                     "16", "--allreduce-us", "100", "--strategy", "zero-shot", "--quiet",
+                                     "--out", t.dir.file("cal.json")};
+    args.insert(args.end(), extra.begin(), extra.end());
+    std::vector<char*> argv = argv_of(args);
+    return spd_plan_run(spd_plan_parse_args(int(argv.size()), argv.data()));
+  };
+  const SpdPlan held_out = plan_with({});
+  const SpdPlan training = plan_with({"--calibrate-on", "training"});
+
+  const CharCorpus corpus = char_corpus_load(t.data_file, 16, 0.1);
+  const TpLayout layout = tp_layout_contiguous(t.weights, 2);
+  const std::vector<bool> none(BLOCKS, false);
+  // The budget windows: 2 * 8 spread over the calibration part, every other one of them.
+  const std::vector<int32_t> picked = char_windows_spread(char_heldout_windows(corpus.validation, 16).calibration, 16, 16);
+  SpdCalibration expected;
+  expected.window = 16;
+  expected.stride = 17;
+  for (size_t k = 0; k < 16; k += 2)
+    expected.tokens.insert(expected.tokens.end(), picked.begin() + std::ptrdiff_t(k * 17),
+                           picked.begin() + std::ptrdiff_t((k + 1) * 17));
+  EXPECT_EQ(spd_calibration_quality(t.weights, layout, none, expected).positions, 8 * 16);
+  EXPECT_NEAR(held_out.perplexity_tp, spd_calibration_quality(t.weights, layout, none, expected).perplexity, 1e-9);
+  EXPECT_GT(std::abs(held_out.perplexity_tp - training.perplexity_tp), 1e-6);
+}
+
 TEST(SpdPlanCommand, RefusesBadInput) {
   const Trained& t = trained();
   auto run = [&](std::vector<std::string> extra) {
@@ -338,6 +371,7 @@ TEST(SpdPlanCommand, RefusesBadInput) {
   expect_message({"--strategy", "greedy"}, "head-group");
   expect_message({"--allreduce-us", "5", "--comm-profile", "c.json"}, "not both");
   expect_message({"--window", "17"}, "context");
+  expect_message({"--calibrate-on", "validation"}, "held-out");
   expect_message({"--checkpoint", t.dir.file("no-such-ckpt")}, "no-such-ckpt");
   expect_message({"--unknown"}, "--unknown");
   EXPECT_FALSE(std::filesystem::exists(t.dir.file("bad.json")));

@@ -5,7 +5,7 @@
 // whose --logits-out and summary are compared with the simulation (all syncs, --drop, and an SPD
 // plan carrying a regrouped layout and its own weights file). Also the CLI's refusals: a TP
 // degree that does not divide the heads, --tp other than WORLD_SIZE, a missing checkpoint, an SPD
-// plan for another model, a prompt longer than the context.
+// plan for another model, a prompt longer than the context; and --eval's held-out windows.
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -247,6 +247,35 @@ TEST(TpInferCli, BadInputIsRefusedClearly) {
   EXPECT_EQ(summary.at("new_tokens"), 2);
   EXPECT_EQ(summary.at("dropped_blocks"), nlohmann::json::array({0, 1}));
   EXPECT_EQ(summary.at("allreduces_per_token").get<double>(), 2.0);
+}
+
+// --eval scores the evaluation windows of the text's validation split (every other window, the
+// rest being spd-plan's calibration windows), --eval-windows of them spread over the split: the
+// simulation's tp_evaluate on the same windows is the oracle.
+TEST(TpInferCli, EvalScoresTheValidationSplitsEvaluationWindows) {
+  Trained t;
+  std::string text;
+  for (int i = 0; i < 4000; ++i) text += "the quick brown fox jumps over the lazy dog. "[size_t(i * 7 % 45)];
+  const std::string corpus = t.dir.write("corpus.txt", text);
+  const std::vector<std::string> flags = {"--model", t.model_file, "--checkpoint", t.checkpoint, "--quiet",
+                                          "--rank", "0", "--world-size", "1", "--prompt", "abc", "--max-new-tokens",
+                                          "1", "--eval", corpus, "--eval-windows", "5",
+                                          "--summary-json", t.dir.file("eval.json")};
+  ASSERT_EQ(infer_error(t.dir, flags), "(no error)");
+  const auto summary = nlohmann::json::parse(test::read_text(t.dir.file("eval.json")));
+
+  const TransformerWeights w = transformer_weights_from_model(*t.g.model);
+  TpTransformer sim = tp_simulation(w, tp_layout_contiguous(w, 1));
+  const int64_t T = w.max_tokens;
+  const HeldOutWindows h = char_heldout_windows(char_corpus_load(corpus, T, 0.1).validation, T);
+  ASSERT_GT(h.evaluation.size(), size_t(5 * (T + 1)));  // 5 of more: the spread is exercised
+  const TpQuality q = tp_evaluate(sim, char_windows_spread(h.evaluation, T, 5), T, 0, 8, h.stride());
+  const auto& eval = summary.at("eval");
+  EXPECT_EQ(eval.at("positions"), 5 * T);
+  // The worker may pick another GEMM kernel (its device class and threads): float rounding of the
+  // logits, well under 1e-4 of the perplexity; at most one near-tie argmax may flip.
+  EXPECT_NEAR(eval.at("perplexity").get<double>(), q.perplexity, 1e-4 * q.perplexity);
+  EXPECT_NEAR(eval.at("accuracy").get<double>(), q.accuracy, 1.5 / double(5 * T));
 }
 
 }  // namespace

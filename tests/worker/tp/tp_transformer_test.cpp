@@ -299,6 +299,23 @@ TEST(TpTransformer, EvaluateScoresNextTokens) {
   EXPECT_NEAR(q.accuracy, double(correct) / double(3 * T), 1e-9);
   EXPECT_EQ(tp_evaluate(sim, tokens, T, /*max_windows=*/1).positions, T);
   EXPECT_THROW(tp_evaluate(sim, tokens, T + 1), std::invalid_argument);
+
+  // Windows that carry their own last target (stride T + 1): the same as scoring each alone.
+  const std::vector<int32_t> chunks = random_tokens(3 * (T + 1) + 2, 13);
+  const TpQuality strided = tp_evaluate(sim, chunks, T, 0, /*batch=*/2, /*stride=*/T + 1);
+  EXPECT_EQ(strided.positions, 3 * T);
+  double chunk_loss = 0, chunk_correct = 0;
+  for (int64_t win = 0; win < 3; ++win) {
+    const std::vector<int32_t> one(chunks.begin() + win * (T + 1), chunks.begin() + (win + 1) * (T + 1));
+    const TpQuality q1 = tp_evaluate(sim, one, T);
+    EXPECT_EQ(q1.positions, T);
+    chunk_loss += q1.loss;
+    chunk_correct += q1.accuracy;
+  }
+  // Batches of 2 and of 1 window may round the float logits differently: 1e-5 nats, as above.
+  EXPECT_NEAR(strided.loss, chunk_loss / 3, 1e-5);
+  EXPECT_NEAR(strided.accuracy, chunk_correct / 3, 1e-9);
+  EXPECT_THROW(tp_evaluate(sim, chunks, T, 0, 2, /*stride=*/T - 1), std::invalid_argument);  // overlapping
 }
 
 TEST(TpTransformer, BadInputIsRefused) {
