@@ -216,12 +216,18 @@ HeldOutWindows char_heldout_windows(const std::vector<int32_t>& validation, int6
                                 " (one to calibrate on, one to evaluate); use a longer text or a shorter window");
   HeldOutWindows h;
   h.window = window;
-  for (size_t k = 0; k < windows; ++k) {
-    std::vector<int32_t>& part = k % 2 == 0 ? h.evaluation : h.calibration;
-    const auto first = validation.begin() + std::ptrdiff_t(k * stride);
+  char_windows_deal(validation, window, h.evaluation, h.calibration);
+  return h;
+}
+
+void char_windows_deal(const std::vector<int32_t>& text, int64_t window, std::vector<int32_t>& even,
+                       std::vector<int32_t>& odd) {
+  const size_t stride = size_t(window) + 1;
+  for (size_t k = 0; k < text.size() / stride; ++k) {
+    std::vector<int32_t>& part = k % 2 == 0 ? even : odd;
+    const auto first = text.begin() + std::ptrdiff_t(k * stride);
     part.insert(part.end(), first, first + std::ptrdiff_t(stride));
   }
-  return h;
 }
 
 std::vector<int32_t> char_windows_spread(const std::vector<int32_t>& windows, int64_t window, int64_t n) {

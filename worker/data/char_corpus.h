@@ -85,6 +85,11 @@ struct HeldOutWindows {
 // Throws std::invalid_argument when `validation` holds fewer than two windows (naming the fix).
 HeldOutWindows char_heldout_windows(const std::vector<int32_t>& validation, int64_t window);
 
+// The dealing above for any text: its windows of (window + 1) tokens, even ones appended to
+// `even`, odd ones to `odd` (a partial window at the end is left out).
+void char_windows_deal(const std::vector<int32_t>& text, int64_t window, std::vector<int32_t>& even,
+                       std::vector<int32_t>& odd);
+
 // `n` windows of (window + 1) tokens, evenly spaced over `windows` (a part as above: its windows
 // concatenated), concatenated in order; all of them when n is 0 or not less than it holds.
 std::vector<int32_t> char_windows_spread(const std::vector<int32_t>& windows, int64_t window, int64_t n);

@@ -254,7 +254,8 @@ InferSummary infer_run(const InferConfig& c) {
     const int64_t T = model.max_tokens();
     const HeldOutWindows held_out = char_heldout_windows(char_corpus_load(c.eval, T, 0.1).validation, T);
     const TpQuality q =
-        tp_evaluate(model, char_windows_spread(held_out.evaluation, T, c.eval_windows), T, 0, 8, held_out.stride());
+        tp_evaluate(model, char_windows_spread(held_out.evaluation, T, c.eval_windows), T, 0, TP_EVALUATE_BATCH,
+                    held_out.stride());
     s.evaluated = true;
     s.eval_loss = q.loss;
     s.eval_perplexity = q.perplexity;

@@ -145,9 +145,9 @@ void print_report(const SpdPlan& plan, const SpdSensitivity& s, const SpdSelecti
 // The calibration windows: `text` is windows of cal.window inputs plus their next token, one
 // after the other (char_heldout_windows' calibration part, or a training split read that way);
 // 2 * cal.windows of them evenly spaced (all with --windows 0), dealt alternately to the budget
-// windows (`tokens`, each with its target, stride window + 1) and to the recovery inputs
-// (distillation and head grouping fit those; the budget is measured on the others, on text the
-// recovered blocks were not trained on).
+// windows (`tokens`) and to the recovery inputs (distillation and head grouping fit those; the
+// budget is measured on the others, on text the recovered blocks were not trained on); both keep
+// each window's target, stride window + 1.
 void deal_calibration_windows(const std::vector<int32_t>& text, SpdCalibration& cal) {
   const int64_t T = cal.window;
   const size_t stride = size_t(T) + 1;
@@ -159,13 +159,7 @@ void deal_calibration_windows(const std::vector<int32_t>& text, SpdCalibration& 
                                 "recovery); give more text or a shorter --window");
   cal.tokens.clear();
   cal.recovery_tokens.clear();
-  for (size_t k = 0; k < n; ++k) {
-    const auto first = picked.begin() + std::ptrdiff_t(k * stride);
-    if (k % 2 == 0)
-      cal.tokens.insert(cal.tokens.end(), first, first + std::ptrdiff_t(stride));
-    else
-      cal.recovery_tokens.insert(cal.recovery_tokens.end(), first, first + std::ptrdiff_t(T));
-  }
+  char_windows_deal(picked, T, cal.tokens, cal.recovery_tokens);
   cal.stride = int64_t(stride);
   cal.windows = 0;  // all of `tokens`
 }

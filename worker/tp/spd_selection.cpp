@@ -34,8 +34,8 @@ struct Deployed {
 BlockInputs deployed_inputs(const Deployed& d, const SpdCalibration& cal, int64_t block) {
   TpTransformer sim = tp_simulation(d.weights, d.layout);
   sim.set_dropped(d.dropped);
-  if (cal.recovery_tokens.empty()) return spd_block_inputs(sim, cal.tokens, cal.window, cal.windows, block, cal.stride);
-  return spd_block_inputs(sim, cal.recovery_tokens, cal.window, cal.windows, block);
+  return spd_block_inputs(sim, cal.recovery_tokens.empty() ? cal.tokens : cal.recovery_tokens, cal.window,
+                          cal.windows, block, cal.stride);
 }
 
 // `d` with `block` dropped under `strategy` (its weights and layout changed as the recovery says);

@@ -12,7 +12,7 @@ TpQuality spd_calibration_quality(const TransformerWeights& weights, const TpLay
                                   const std::vector<bool>& dropped, const SpdCalibration& cal) {
   TpTransformer sim = tp_simulation(weights, layout);
   sim.set_dropped(dropped);
-  return tp_evaluate(sim, cal.tokens, cal.window, cal.windows, 8, cal.stride);
+  return tp_evaluate(sim, cal.tokens, cal.window, cal.windows, TP_EVALUATE_BATCH, cal.stride);
 }
 
 SpdSensitivity spd_measure_sensitivity(const TransformerWeights& weights, const TpLayout& layout,
@@ -22,7 +22,7 @@ SpdSensitivity spd_measure_sensitivity(const TransformerWeights& weights, const 
   TpTransformer sim = tp_simulation(weights, layout);
   auto quality = [&](const std::vector<bool>& dropped) {
     sim.set_dropped(dropped);
-    return tp_evaluate(sim, cal.tokens, cal.window, cal.windows, 8, cal.stride);
+    return tp_evaluate(sim, cal.tokens, cal.window, cal.windows, TP_EVALUATE_BATCH, cal.stride);
   };
   SpdSensitivity s;
   s.tp = quality(std::vector<bool>(size_t(L), false));

@@ -42,8 +42,9 @@ struct SpdCalibration {
   std::vector<int32_t> tokens;
   int64_t window = 64;
   int64_t windows = 32;
-  int64_t stride = 0;  // window k of `tokens` starts at k * stride (0: window; window + 1: each
-                       // window carries its own last target, as char_heldout_windows' parts)
+  int64_t stride = 0;  // window k of `tokens` (and of `recovery_tokens`) starts at k * stride (0:
+                       // window; window + 1: each window carries its own last target, as
+                       // char_heldout_windows' parts)
   // The inputs distillation and head grouping fit (the same windowing), disjoint from `tokens`
   // so that the budget is checked on text the recovered blocks were not trained on; empty: fit
   // on `tokens` too.

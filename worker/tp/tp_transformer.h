@@ -106,7 +106,8 @@ struct TpQuality {
   double accuracy = 0;      // next-token argmax accuracy
   int64_t positions = 0;
 };
+inline constexpr int64_t TP_EVALUATE_BATCH = 8;  // windows per forward
 TpQuality tp_evaluate(TpTransformer& model, const std::vector<int32_t>& tokens, int64_t window,
-                      int64_t max_windows = 0, int64_t batch = 8, int64_t stride = 0);
+                      int64_t max_windows = 0, int64_t batch = TP_EVALUATE_BATCH, int64_t stride = 0);
 
 }  // namespace qsync
