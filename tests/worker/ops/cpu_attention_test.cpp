@@ -2,12 +2,18 @@
 // CpuOps' attention score part against its plain-loop oracle (attention_forward_ref /
 // attention_backward_ref) over awkward shapes: one token, head sizes 1 and 5, token counts that
 // fill no vector (17, 33), the char-GPT's (64 tokens, 4 heads of 32), causal and not, on 1 and 2
-// threads. Tolerance: none, the scores, outputs and gradients must be bit for bit the oracle's
-// (the vectorized version adds the same products in the same order).
+// threads. The gradients must be bit for bit the oracle's (the vectorized version adds the same
+// products in the same order). The forward differs from the oracle only by its exponentials
+// (libmvec's vector expf against std::exp, each within a few ulp): tolerance 1e-6 relative on
+// every score (about 8 ulp: the exponential's error plus that of the row sum it is divided by)
+// and 1e-6 * max|v| on the outputs (an output is a convex combination of v rows, so its error
+// is at most max|v| times the scores' summed error).
 #include <gtest/gtest.h>
 
 #include <omp.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <random>
 #include <vector>
@@ -31,7 +37,22 @@ bool same_bits(const Tensor& a, const Tensor& b) {
   return a.numel() == b.numel() && std::memcmp(a.f32(), b.f32(), size_t(a.numel()) * sizeof(float)) == 0;
 }
 
-TEST(CpuAttention, MatchesThePlainLoopsBitForBit) {
+double max_relative_difference(const Tensor& a, const Tensor& b) {
+  double worst = 0.0;
+  for (int64_t i = 0; i < a.numel(); ++i) {
+    const double x = a.f32()[i], y = b.f32()[i];
+    if (x != y) worst = std::max(worst, std::fabs(x - y) / std::max(std::fabs(x), std::fabs(y)));
+  }
+  return worst;
+}
+
+double max_absolute_difference(const Tensor& a, const Tensor& b) {
+  double worst = 0.0;
+  for (int64_t i = 0; i < a.numel(); ++i) worst = std::max(worst, std::fabs(double(a.f32()[i]) - b.f32()[i]));
+  return worst;
+}
+
+TEST(CpuAttention, MatchesThePlainLoops) {
   const std::vector<AttentionShape> shapes = {
       {1, 1, 4, 1, true}, {2, 17, 12, 3, true}, {2, 17, 12, 3, false}, {3, 33, 10, 2, true},
       {1, 5, 3, 3, false}, {4, 64, 128, 4, true}, {2, 64, 128, 4, false}};
@@ -50,8 +71,11 @@ TEST(CpuAttention, MatchesThePlainLoopsBitForBit) {
       StepContext ctx;
       cpu_ops().attention_forward(qkv, s, false, att, out, ctx, "att");
       attention_forward_ref(qkv, s, att_ref, out_ref);
-      EXPECT_TRUE(same_bits(att, att_ref)) << "scores, " << what;
-      EXPECT_TRUE(same_bits(out, out_ref)) << "output, " << what;
+      EXPECT_LE(max_relative_difference(att, att_ref), 1e-6) << "scores, " << what;
+      float max_v = 0.0f;
+      for (int64_t r = 0; r < B * T; ++r)
+        for (int64_t i = 0; i < C; ++i) max_v = std::max(max_v, std::fabs(qkv.f32()[r * 3 * C + 2 * C + i]));
+      EXPECT_LE(max_absolute_difference(out, out_ref), 1e-6 * max_v) << "output, " << what;
       Tensor dqkv = random_tensor({B, T, 3 * C}, 1), dqkv_ref = random_tensor({B, T, 3 * C}, 2);  // overwritten
       cpu_ops().attention_backward(qkv, att_ref, dout, s, false, dqkv, ctx, "att");
       attention_backward_ref(qkv, att_ref, dout, s, dqkv_ref);

@@ -1,15 +1,18 @@
 // File: worker/ops/cpu/cpu_attention.cpp
 // CpuOps: the score part of attention (after llm.c's attention_forward/backward), FP32 over
-// (batch, head) pairs; allow_tf32 changes nothing here (there are no TF32 units). The _ref
-// functions are the plain loops (the oracle). CpuOps runs the same arithmetic in the same order
-// with the dot products over head channels turned inside out: K (and V) of a (batch, head) pair
-// transposed once into (hs, T), so each channel's products are added to a whole row of scores at
-// once, in vector lanes, each score still summed over channels 0, 1, ..., hs-1 from 0; att v and
-// the gradients are sums of rows kept in registers (dv and dk column by column over the rows t in
-// the oracle's order, after the softmax gradients of every row are known). No sum is
-// reassociated (and -ffp-contract=off fuses nothing), so the results are bit for bit the _ref's
-// (and the engine's numbers those of the loops before: std::exp stays scalar, as libmvec's
-// vector exp rounds differently).
+// (batch, head) pairs; allow_tf32 changes nothing here (there are no TF32 units). The oracle is
+// the plain loops of cpu_attention_ref.cpp. Every product here is a small matrix product over a
+// (batch, head) pair: scores = q k^T and datt = dout v^T over the head's channels (K and V
+// transposed once into (hs, T)), att v and dq = dpre k over the visible tokens, dv = att^T dout
+// and dk = dpre^T q over the rows that see a token. Each runs as a register block: four output
+// rows by sixteen columns (eight independent vector sums) per pass over the summed index, which
+// keeps both vector units busy instead of waiting on one add after another. Every output is
+// still summed from 0 over its index in the oracle's order, and the rows' sums (of
+// exponentials, of att * datt) run eight rows side by side, each in its own order; no sum is
+// reassociated (-ffp-contract=off fuses nothing); where a block's rows see different tokens,
+// the others add exact zeros. So for finite inputs the backward is bit for bit the oracle's;
+// the forward differs only by its exponentials: libmvec's vector exp (the oracle: std::exp;
+// they differ by at most a few ulp).
 #include "worker/ops/cpu/cpu_kernels.h"
 
 #include <algorithm>
@@ -17,93 +20,10 @@
 #include <limits>
 #include <vector>
 
+#include "worker/ops/cpu/vector_math.h"
 #include "worker/ops/cpu_ops.h"
 
 namespace qsync {
-
-// att[b, h, t, :] = softmax(q k^T / sqrt(hs)) over the visible t2; out[b, t, h] = att v
-void attention_forward_ref(const Tensor& qkv, const AttentionShape& s, Tensor& att, Tensor& out) {
-  const int64_t B = s.batch, T = s.tokens, C = s.width, H = s.heads, hs = C / H;
-  const bool causal = s.causal;
-  const float scale = 1.0f / std::sqrt(float(hs));
-  const float* qp = qkv.f32();
-  float* ap = att.f32();
-  float* op = out.f32();
-#pragma omp parallel for collapse(2) schedule(static)
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t h = 0; h < H; ++h)
-      for (int64_t t = 0; t < T; ++t) {
-        const float* q = qp + (b * T + t) * 3 * C + h * hs;
-        float* row = ap + ((b * H + h) * T + t) * T;  // (T)
-        const int64_t visible = causal ? t + 1 : T;
-        float maxv = -std::numeric_limits<float>::infinity();
-        for (int64_t t2 = 0; t2 < visible; ++t2) {
-          const float* k = qp + (b * T + t2) * 3 * C + C + h * hs;
-          float dot = 0.0f;
-          for (int64_t i = 0; i < hs; ++i) dot += q[i] * k[i];
-          row[t2] = dot * scale;
-          maxv = std::max(maxv, row[t2]);
-        }
-        float sum = 0.0f;
-        for (int64_t t2 = 0; t2 < visible; ++t2) sum += (row[t2] = std::exp(row[t2] - maxv));
-        const float inv = 1.0f / sum;
-        for (int64_t t2 = 0; t2 < T; ++t2) row[t2] = t2 < visible ? row[t2] * inv : 0.0f;
-        float* o = op + (b * T + t) * C + h * hs;
-        for (int64_t i = 0; i < hs; ++i) o[i] = 0.0f;
-        for (int64_t t2 = 0; t2 < visible; ++t2) {
-          const float* v = qp + (b * T + t2) * 3 * C + 2 * C + h * hs;
-          for (int64_t i = 0; i < hs; ++i) o[i] += row[t2] * v[i];
-        }
-      }
-}
-
-// datt = dout v^T; dv = att^T dout; dpre = softmax'(datt); dq = dpre k * scale; dk = dpre^T q * scale
-void attention_backward_ref(const Tensor& qkv, const Tensor& att, const Tensor& dout, const AttentionShape& s, Tensor& dqkv) {
-  const int64_t B = s.batch, T = s.tokens, C = s.width, H = s.heads, hs = C / H;
-  const bool causal = s.causal;
-  const float scale = 1.0f / std::sqrt(float(hs));
-  std::fill(dqkv.f32(), dqkv.f32() + dqkv.numel(), 0.0f);
-  const float* qp = qkv.f32();
-  const float* ap = att.f32();
-  const float* dop = dout.f32();
-  float* dq = dqkv.f32();
-#pragma omp parallel for collapse(2) schedule(static)
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t h = 0; h < H; ++h) {
-      std::vector<float> datt(static_cast<size_t>(T));  // (T)
-      for (int64_t t = 0; t < T; ++t) {
-        const float* row = ap + ((b * H + h) * T + t) * T;
-        const float* g = dop + (b * T + t) * C + h * hs;
-        const int64_t visible = causal ? t + 1 : T;
-        // datt (T) and dv
-        for (int64_t t2 = 0; t2 < visible; ++t2) {
-          const float* v = qp + (b * T + t2) * 3 * C + 2 * C + h * hs;
-          float* dv = dq + (b * T + t2) * 3 * C + 2 * C + h * hs;
-          float sdot = 0.0f;
-          for (int64_t i = 0; i < hs; ++i) {
-            sdot += g[i] * v[i];
-            dv[i] += row[t2] * g[i];
-          }
-          datt[size_t(t2)] = sdot;
-        }
-        // softmax backward: dpre = att * (datt - sum(att * datt))
-        float dot = 0.0f;
-        for (int64_t t2 = 0; t2 < visible; ++t2) dot += row[t2] * datt[size_t(t2)];
-        const float* q = qp + (b * T + t) * 3 * C + h * hs;
-        float* dqt = dq + (b * T + t) * 3 * C + h * hs;
-        for (int64_t t2 = 0; t2 < visible; ++t2) {
-          const float dpre = row[t2] * (datt[size_t(t2)] - dot) * scale;
-          const float* k = qp + (b * T + t2) * 3 * C + C + h * hs;
-          float* dk = dq + (b * T + t2) * 3 * C + C + h * hs;
-          for (int64_t i = 0; i < hs; ++i) {
-            dqt[i] += dpre * k[i];
-            dk[i] += dpre * q[i];
-          }
-        }
-      }
-    }
-}
-
 namespace {
 
 // dst (hs, T) = the hs channels of head h of part `part` (0 q, 1 k, 2 v) of the T rows of one
@@ -120,36 +40,161 @@ typedef float f32x8 __attribute__((vector_size(32), aligned(4)));
 inline f32x8 load8(const float* p) { return *reinterpret_cast<const f32x8*>(p); }
 inline void store8(float* p, f32x8 v) { *reinterpret_cast<f32x8*>(p) = v; }
 
-// acc[t2] = sum over i of x[i] * yt[i, t2] for t2 < n, each sum from 0 over i = 0, 1, ... in
-// order (yt: (hs, T)); eight t2 at a time in a register.
-void channel_dots(const float* x, const float* yt, int64_t hs, int64_t T, int64_t n, float* acc) {
-  int64_t t2 = 0;
-  for (; t2 + 8 <= n; t2 += 8) {
-    f32x8 sum = {0, 0, 0, 0, 0, 0, 0, 0};
-    for (int64_t i = 0; i < hs; ++i) sum += x[i] * load8(yt + i * T + t2);
-    store8(acc + t2, sum);
+// The output rows of one register block.
+constexpr int64_t BLOCK_ROWS = 4;
+
+// out[r, c] = sum over i < hs of a[r, i] * bt[i, c], for r < R and c < n, each sum from 0 over
+// i = 0, 1, ... in order. a: rows a_stride apart; bt: (hs, .) rows bt_stride apart; out: rows
+// out_stride apart. Sixteen columns of R rows at a time, then eight, then one.
+template <int64_t R>
+void dots_block(const float* a, int64_t a_stride, const float* bt, int64_t bt_stride, int64_t hs, int64_t n,
+                float* out, int64_t out_stride) {
+  int64_t c = 0;
+  for (; c + 16 <= n; c += 16) {
+    f32x8 lo[R], hi[R];
+    for (int64_t r = 0; r < R; ++r) lo[r] = hi[r] = f32x8{0, 0, 0, 0, 0, 0, 0, 0};
+    for (int64_t i = 0; i < hs; ++i) {
+      const f32x8 y0 = load8(bt + i * bt_stride + c), y1 = load8(bt + i * bt_stride + c + 8);
+      for (int64_t r = 0; r < R; ++r) {
+        const float x = a[r * a_stride + i];
+        lo[r] += x * y0;
+        hi[r] += x * y1;
+      }
+    }
+    for (int64_t r = 0; r < R; ++r) {
+      store8(out + r * out_stride + c, lo[r]);
+      store8(out + r * out_stride + c + 8, hi[r]);
+    }
   }
-  for (; t2 < n; ++t2) {
-    float sum = 0.0f;
-    for (int64_t i = 0; i < hs; ++i) sum += x[i] * yt[i * T + t2];
-    acc[t2] = sum;
+  for (; c + 8 <= n; c += 8) {
+    f32x8 acc[R];
+    for (int64_t r = 0; r < R; ++r) acc[r] = f32x8{0, 0, 0, 0, 0, 0, 0, 0};
+    for (int64_t i = 0; i < hs; ++i) {
+      const f32x8 y = load8(bt + i * bt_stride + c);
+      for (int64_t r = 0; r < R; ++r) acc[r] += a[r * a_stride + i] * y;
+    }
+    for (int64_t r = 0; r < R; ++r) store8(out + r * out_stride + c, acc[r]);
+  }
+  for (; c < n; ++c)
+    for (int64_t r = 0; r < R; ++r) {
+      float sum = 0.0f;
+      for (int64_t i = 0; i < hs; ++i) sum += a[r * a_stride + i] * bt[i * bt_stride + c];
+      out[r * out_stride + c] = sum;
+    }
+}
+
+// out[r, i] += sum over j < n of w[r * w_r + j * w_j] * rows[j * rows_stride + i], for r < R and
+// i < hs, added in j order onto out's values (rows out_stride apart). Sixteen channels of R rows
+// at a time, then eight, then one.
+template <int64_t R>
+void combine_block(const float* w, int64_t w_r, int64_t w_j, int64_t n, const float* rows, int64_t rows_stride,
+                   int64_t hs, float* out, int64_t out_stride) {
+  int64_t i = 0;
+  for (; i + 16 <= hs; i += 16) {
+    f32x8 lo[R], hi[R];
+    for (int64_t r = 0; r < R; ++r) {
+      lo[r] = load8(out + r * out_stride + i);
+      hi[r] = load8(out + r * out_stride + i + 8);
+    }
+    for (int64_t j = 0; j < n; ++j) {
+      const f32x8 y0 = load8(rows + j * rows_stride + i), y1 = load8(rows + j * rows_stride + i + 8);
+      for (int64_t r = 0; r < R; ++r) {
+        const float x = w[r * w_r + j * w_j];
+        lo[r] += x * y0;
+        hi[r] += x * y1;
+      }
+    }
+    for (int64_t r = 0; r < R; ++r) {
+      store8(out + r * out_stride + i, lo[r]);
+      store8(out + r * out_stride + i + 8, hi[r]);
+    }
+  }
+  for (; i + 8 <= hs; i += 8) {
+    f32x8 acc[R];
+    for (int64_t r = 0; r < R; ++r) acc[r] = load8(out + r * out_stride + i);
+    for (int64_t j = 0; j < n; ++j) {
+      const f32x8 y = load8(rows + j * rows_stride + i);
+      for (int64_t r = 0; r < R; ++r) acc[r] += w[r * w_r + j * w_j] * y;
+    }
+    for (int64_t r = 0; r < R; ++r) store8(out + r * out_stride + i, acc[r]);
+  }
+  for (; i < hs; ++i)
+    for (int64_t r = 0; r < R; ++r) {
+      float sum = out[r * out_stride + i];
+      for (int64_t j = 0; j < n; ++j) sum += w[r * w_r + j * w_j] * rows[j * rows_stride + i];
+      out[r * out_stride + i] = sum;
+    }
+}
+
+// d (T, T) = the rows' dot products a[t] . bt[:, t2] for t2 < visible(t) (and, in a causal
+// block, up to the next multiple of 8 columns within the row: the caller overwrites what a row
+// does not see): a (T, hs) rows a_stride apart.
+void dots_all_rows(const float* a, int64_t a_stride, const float* bt, int64_t T, int64_t hs, bool causal, float* d) {
+  int64_t t0 = 0;
+  for (; t0 + BLOCK_ROWS <= T; t0 += BLOCK_ROWS)
+    dots_block<BLOCK_ROWS>(a + t0 * a_stride, a_stride, bt, T, hs,
+                           causal ? std::min(T, (t0 + BLOCK_ROWS + 7) / 8 * 8) : T, d + t0 * T, T);
+  for (; t0 < T; ++t0) dots_block<1>(a + t0 * a_stride, a_stride, bt, T, hs, causal ? t0 + 1 : T, d + t0 * T, T);
+}
+
+// out[t] += sum over t2 < visible(t) of w[t, t2] * rows[t2], in t2 order: w (T, T), zero past
+// each row's visible part; rows and out rows rows_stride / out_stride apart. A causal block of
+// rows runs to its last row's visible part: the others add w = 0 times the rows they do not see,
+// which leaves their sums as they are (x + 0 * y = x for finite y, as no such sum is -0).
+void combine_visible(const float* w, int64_t T, bool causal, const float* rows, int64_t rows_stride, int64_t hs,
+                     float* out, int64_t out_stride) {
+  int64_t t0 = 0;
+  for (; t0 + BLOCK_ROWS <= T; t0 += BLOCK_ROWS)
+    combine_block<BLOCK_ROWS>(w + t0 * T, T, 1, causal ? t0 + BLOCK_ROWS : T, rows, rows_stride, hs,
+                              out + t0 * out_stride, out_stride);
+  for (; t0 < T; ++t0)
+    combine_block<1>(w + t0 * T, 0, 1, causal ? t0 + 1 : T, rows, rows_stride, hs, out + t0 * out_stride, out_stride);
+}
+
+// out[t2] += sum over the rows t that see t2 (causal: t >= t2) of w[t, t2] * rows[t], in t order:
+// the transposed products dv = att^T dout and dk = dpre^T q (w zero where t does not see t2). A
+// causal block of four tokens t2 starts at the rows its first token is seen by: the others first
+// add w = 0 times rows that do not see them, which leaves their sums (from 0) as they are.
+void combine_seen_by(const float* w, int64_t T, bool causal, const float* rows, int64_t rows_stride, int64_t hs,
+                     float* out, int64_t out_stride) {
+  int64_t t0 = 0;
+  for (; t0 + BLOCK_ROWS <= T; t0 += BLOCK_ROWS) {
+    const int64_t first = causal ? t0 : 0;
+    combine_block<BLOCK_ROWS>(w + first * T + t0, 1, T, T - first, rows + first * rows_stride, rows_stride, hs,
+                              out + t0 * out_stride, out_stride);
+  }
+  for (; t0 < T; ++t0) {
+    const int64_t first = causal ? t0 : 0;
+    combine_block<1>(w + first * T + t0, 0, T, T - first, rows + first * rows_stride, rows_stride, hs,
+                     out + t0 * out_stride, out_stride);
   }
 }
 
-// out[i] += sum over j < n of w[j * w_stride] * rows[j * stride + i] for i < hs, added in j
-// order onto out's value; eight i at a time in a register.
-void weighted_rows(const float* w, int64_t w_stride, int64_t n, const float* rows, int64_t stride, int64_t hs, float* out) {
-  int64_t i = 0;
-  for (; i + 8 <= hs; i += 8) {
-    f32x8 sum = load8(out + i);
-    for (int64_t j = 0; j < n; ++j) sum += w[j * w_stride] * load8(rows + j * stride + i);
-    store8(out + i, sum);
-  }
-  for (; i < hs; ++i) {
-    float sum = out[i];
-    for (int64_t j = 0; j < n; ++j) sum += w[j * w_stride] * rows[j * stride + i];
-    out[i] = sum;
-  }
+// Rows of a (T, T) block are summed ROW_GROUP at a time side by side, each row's sum still over
+// t2 = 0, 1, ... in order: a lone row's sum waits on every add before it.
+constexpr int64_t ROW_GROUP = 8;
+
+// sums[g] = sum over t2 < n of a[g * T + t2] (times b[g * T + t2] when b is given), for g < G,
+// each from 0 in t2 order. Past a row's visible part its entries are zeros (adding +0 to these
+// sums, which are never -0, changes nothing).
+template <int64_t G>
+void row_sums(const float* a, const float* b, int64_t T, int64_t n, float* sums) {
+  float acc[G] = {};
+  if (b == nullptr)
+    for (int64_t t2 = 0; t2 < n; ++t2)
+      for (int64_t g = 0; g < G; ++g) acc[g] += a[g * T + t2];
+  else
+    for (int64_t t2 = 0; t2 < n; ++t2)
+      for (int64_t g = 0; g < G; ++g) acc[g] += a[g * T + t2] * b[g * T + t2];
+  for (int64_t g = 0; g < G; ++g) sums[g] = acc[g];
+}
+
+// sums[t] for every row t of a (T, T) block, with n(t) = the longest visible part in t's group.
+void block_row_sums(const float* a, const float* b, int64_t T, bool causal, float* sums) {
+  int64_t t0 = 0;
+  for (; t0 + ROW_GROUP <= T; t0 += ROW_GROUP)
+    row_sums<ROW_GROUP>(a + t0 * T, b ? b + t0 * T : nullptr, T, causal ? t0 + ROW_GROUP : T, sums + t0);
+  for (; t0 < T; ++t0) row_sums<1>(a + t0 * T, b ? b + t0 * T : nullptr, T, causal ? t0 + 1 : T, sums + t0);
 }
 
 std::vector<float>& scratch(size_t n) {
@@ -175,26 +220,37 @@ void CpuOps::attention_forward(const Tensor& qkv, const AttentionShape& s, bool 
 #pragma omp parallel for collapse(2) schedule(static)
   for (int64_t b = 0; b < B; ++b)
     for (int64_t h = 0; h < H; ++h) {
-      float* kt = scratch(size_t(hs * T)).data();  // (hs, T)
-      transpose_head(qp + b * T * 3 * C, T, C, 1, h, hs, kt);
+      std::vector<float>& buffer = scratch(size_t(hs * T + T));
+      float* kt = buffer.data();             // (hs, T)
+      float* sums = buffer.data() + hs * T;  // (T): each row's sum of exponentials
+      const float* qkv_b = qp + b * T * 3 * C;  // (T, 3C)
+      transpose_head(qkv_b, T, C, 1, h, hs, kt);
+      float* att_bh = ap + (b * H + h) * T * T;  // (T, T)
+      dots_all_rows(qkv_b + h * hs, 3 * C, kt, T, hs, causal, att_bh);  // q k^T
       for (int64_t t = 0; t < T; ++t) {
-        const float* q = qp + (b * T + t) * 3 * C + h * hs;
-        float* row = ap + ((b * H + h) * T + t) * T;  // (T)
+        float* row = att_bh + t * T;  // (T)
         const int64_t visible = causal ? t + 1 : T;
-        channel_dots(q, kt, hs, T, visible, row);
         for (int64_t t2 = 0; t2 < visible; ++t2) row[t2] *= scale;
         // The maximum is exact in any order (a NaN score makes the whole row NaN either way).
         float maxv = -std::numeric_limits<float>::infinity();
 #pragma omp simd reduction(max : maxv)
         for (int64_t t2 = 0; t2 < visible; ++t2) maxv = row[t2] > maxv ? row[t2] : maxv;
-        float sum = 0.0f;  // std::exp and the sum in order, as the oracle
-        for (int64_t t2 = 0; t2 < visible; ++t2) sum += (row[t2] = std::exp(row[t2] - maxv));
-        const float inv = 1.0f / sum;
-        for (int64_t t2 = 0; t2 < T; ++t2) row[t2] = t2 < visible ? row[t2] * inv : 0.0f;
-        float* o = op + (b * T + t) * C + h * hs;
-        for (int64_t i = 0; i < hs; ++i) o[i] = 0.0f;
-        weighted_rows(row, 1, visible, qp + b * T * 3 * C + 2 * C + h * hs, 3 * C, hs, o);  // att v
+        for (int64_t t2 = 0; t2 < visible; ++t2) row[t2] -= maxv;
+        // libmvec's vector exp (the oracle: std::exp), over whole vectors where the row has room
+        // (the entries past the visible part are zeroed next).
+        exp_buffer(row, row, std::min(T, (visible + 7) / 8 * 8));
+        for (int64_t t2 = visible; t2 < T; ++t2) row[t2] = 0.0f;
       }
+      block_row_sums(att_bh, nullptr, T, causal, sums);
+      float* out_bh = op + b * T * C + h * hs;  // (T, hs), rows C apart
+      for (int64_t t = 0; t < T; ++t) {
+        float* row = att_bh + t * T;
+        const int64_t visible = causal ? t + 1 : T;
+        const float inv = 1.0f / sums[t];
+        for (int64_t t2 = 0; t2 < T; ++t2) row[t2] = t2 < visible ? row[t2] * inv : 0.0f;
+        for (int64_t i = 0; i < hs; ++i) out_bh[t * C + i] = 0.0f;
+      }
+      combine_visible(att_bh, T, causal, qkv_b + 2 * C + h * hs, 3 * C, hs, out_bh, C);  // att v
     }
 }
 
@@ -211,37 +267,32 @@ void CpuOps::attention_backward(const Tensor& qkv, const Tensor& att, const Tens
   const float* qp = qkv.f32();
   const float* ap = att.f32();
   const float* dop = dout.f32();
-  float* dq = dqkv.f32();
+  float* dp_all = dqkv.f32();
 #pragma omp parallel for collapse(2) schedule(static)
   for (int64_t b = 0; b < B; ++b)
     for (int64_t h = 0; h < H; ++h) {
       std::vector<float>& buffer = scratch(size_t(hs * T + T + T * T));
-      float* vt = buffer.data();                  // (hs, T)
-      float* datt = buffer.data() + hs * T;       // (T)
-      float* dpre = buffer.data() + hs * T + T;   // (T, T): row t's softmax gradient
-      transpose_head(qp + b * T * 3 * C, T, C, 2, h, hs, vt);
+      float* vt = buffer.data();                 // (hs, T)
+      float* dots = buffer.data() + hs * T;      // (T): each row's sum(att * datt)
+      float* dpre = buffer.data() + hs * T + T;  // (T, T): datt, then the softmax gradient
+      const float* qkv_b = qp + b * T * 3 * C;   // (T, 3C)
+      const float* dout_bh = dop + b * T * C + h * hs;  // (T, hs), rows C apart
+      float* dqkv_b = dp_all + b * T * 3 * C;    // (T, 3C)
+      transpose_head(qkv_b, T, C, 2, h, hs, vt);
       const float* att_bh = ap + (b * H + h) * T * T;
-      for (int64_t t = 0; t < T; ++t) {
+      dots_all_rows(dout_bh, C, vt, T, hs, causal, dpre);  // datt = dout v^T
+      for (int64_t t = 0; t < T; ++t)
+        for (int64_t t2 = causal ? t + 1 : T; t2 < T; ++t2) dpre[t * T + t2] = 0.0f;
+      block_row_sums(att_bh, dpre, T, causal, dots);
+      for (int64_t t = 0; t < T; ++t) {  // softmax backward: dpre = att * (datt - sum(att * datt))
         const float* row = att_bh + t * T;
-        const float* g = dop + (b * T + t) * C + h * hs;
-        const int64_t visible = causal ? t + 1 : T;
-        channel_dots(g, vt, hs, T, visible, datt);  // datt (T)
-        // softmax backward: dpre = att * (datt - sum(att * datt))
-        float dot = 0.0f;
-        for (int64_t t2 = 0; t2 < visible; ++t2) dot += row[t2] * datt[t2];
         float* dp = dpre + t * T;
-        for (int64_t t2 = 0; t2 < visible; ++t2) dp[t2] = row[t2] * (datt[t2] - dot) * scale;
-        weighted_rows(dp, 1, visible, qp + b * T * 3 * C + C + h * hs, 3 * C, hs, dq + (b * T + t) * 3 * C + h * hs);  // dq
+        for (int64_t t2 = 0, visible = causal ? t + 1 : T; t2 < visible; ++t2)
+          dp[t2] = row[t2] * (dp[t2] - dots[t]) * scale;
       }
-      // dv[t2] = sum over t of att[t, t2] dout[t], dk[t2] = sum over t of dpre[t, t2] q[t]: the
-      // oracle adds them row t after row t, so here column t2 by column t2 over t in order.
-      for (int64_t t2 = 0; t2 < T; ++t2) {
-        const int64_t first = causal ? t2 : 0;  // the rows t that see t2
-        float* dv = dq + (b * T + t2) * 3 * C + 2 * C + h * hs;
-        float* dk = dq + (b * T + t2) * 3 * C + C + h * hs;
-        weighted_rows(att_bh + first * T + t2, T, T - first, dop + (b * T + first) * C + h * hs, C, hs, dv);
-        weighted_rows(dpre + first * T + t2, T, T - first, qp + (b * T + first) * 3 * C + h * hs, 3 * C, hs, dk);
-      }
+      combine_visible(dpre, T, causal, qkv_b + C + h * hs, 3 * C, hs, dqkv_b + h * hs, 3 * C);      // dq = dpre k
+      combine_seen_by(att_bh, T, causal, dout_bh, C, hs, dqkv_b + 2 * C + h * hs, 3 * C);          // dv = att^T dout
+      combine_seen_by(dpre, T, causal, qkv_b + h * hs, 3 * C, hs, dqkv_b + C + h * hs, 3 * C);      // dk = dpre^T q
     }
 }
 

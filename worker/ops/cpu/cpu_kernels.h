@@ -3,7 +3,7 @@
 // inference, worker/tp/, runs the same arithmetic), im2col / col2im (calibration measures the
 // im2col norm of Conv2d inputs), and the canonical sum of squares of the optimizer's global
 // gradient norm (CudaOps computes the same tree, so every rank of a mixed job clips alike), and
-// attention's plain reference loops.
+// the plain reference loops of layer norm and attention.
 #pragma once
 
 #include <cstdint>
@@ -20,6 +20,12 @@ inline constexpr float LAYERNORM_EPS = 1e-5f;
 // when not null.
 void layernorm_rows(const float* x, const float* weight, const float* bias, int64_t rows, int64_t C, float* y,
                     float* xhat = nullptr, float* rstd = nullptr);
+// The plain per-row loops (cpu_layernorm.cpp) that layernorm_rows and CpuOps::layernorm_backward
+// match bit for bit: dy, xhat, dx (rows, C); rstd (rows); dw and db (C) are added to.
+void layernorm_rows_ref(const float* x, const float* weight, const float* bias, int64_t rows, int64_t C, float* y,
+                        float* xhat, float* rstd);
+void layernorm_backward_ref(const float* dy, const float* xhat, const float* rstd, const float* w, int64_t rows,
+                            int64_t C, float* dx, float* dw, float* db);
 
 // im2col of samples [s0, s0 + S) of x (B, C, H, W) with `elem` bytes per element into
 // cols (C*k*k, S*H'*W'); out-of-image taps are zero bytes (0 in every format we use).

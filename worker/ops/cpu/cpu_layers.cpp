@@ -1,6 +1,6 @@
 // File: worker/ops/cpu/cpu_layers.cpp
-// CpuOps: layer norm (after llm.c's layernorm_forward/backward), token + position embeddings,
-// max pooling and global average pooling. Forward beside backward.
+// CpuOps: token + position embeddings, max pooling and global average pooling (layer norm:
+// cpu_layernorm.cpp). Forward beside backward.
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -11,86 +11,6 @@
 #include "worker/ops/cpu_ops.h"
 
 namespace qsync {
-
-// ---------------------------------------------------------------------------------------------
-// LayerNorm
-
-void layernorm_rows(const float* x, const float* weight, const float* bias, int64_t rows, int64_t C, float* y,
-                    float* xhat, float* rstd) {
-#pragma omp parallel for if (rows * C > (1 << 14))
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* xr = x + r * C;
-    float* yr = y + r * C;
-    float mean = 0.0f;
-    for (int64_t c = 0; c < C; ++c) mean += xr[c];
-    mean /= float(C);
-    float var = 0.0f;
-    for (int64_t c = 0; c < C; ++c) {
-      const float d = xr[c] - mean;
-      var += d * d;
-    }
-    var /= float(C);
-    const float s = 1.0f / std::sqrt(var + LAYERNORM_EPS);
-    for (int64_t c = 0; c < C; ++c) {
-      const float n = (xr[c] - mean) * s;
-      yr[c] = n * weight[c] + bias[c];
-      if (xhat) xhat[r * C + c] = n;
-    }
-    if (rstd) rstd[r] = s;
-  }
-}
-
-void CpuOps::layernorm_forward(const Tensor& x, const Tensor& w, const Tensor& b, float eps, Tensor& y, Tensor* xhat,
-                               Tensor* rstd) {
-  if (eps != LAYERNORM_EPS)
-    throw std::logic_error("layernorm_forward: the engine's layer norm uses eps " + std::to_string(LAYERNORM_EPS) +
-                           ", got " + std::to_string(eps));
-  const int64_t C = w.numel(), R = x.numel() / C;
-  layernorm_rows(x.f32(), w.f32(), b.f32(), R, C, y.f32(), xhat ? xhat->f32() : nullptr, rstd ? rstd->f32() : nullptr);
-}
-
-void CpuOps::layernorm_backward(const Tensor& dy, const Tensor& xhat_t, const Tensor& rstd_t, const Tensor& w_t,
-                                Tensor& dx_t, Tensor& dw_t, Tensor& db_t) {
-  const int64_t C = w_t.numel(), R = dy.numel() / C;
-  const float* dyp = dy.f32();
-  const float* xhat = xhat_t.f32();
-  const float* rstd = rstd_t.f32();
-  const float* w = w_t.f32();
-  float* dxp = dx_t.f32();
-
-  // dx, row by row: dx = rstd * (dnorm - mean(dnorm) - xhat * mean(dnorm * xhat)), dnorm = w * dy
-#pragma omp parallel for if (dy.numel() > (1 << 14))
-  for (int64_t r = 0; r < R; ++r) {
-    const float* dyr = dyp + r * C;
-    const float* nr = xhat + r * C;
-    float* dxr = dxp + r * C;
-    float dnorm_mean = 0.0f, dnorm_norm_mean = 0.0f;
-    for (int64_t c = 0; c < C; ++c) {
-      const float dnorm = w[c] * dyr[c];
-      dnorm_mean += dnorm;
-      dnorm_norm_mean += dnorm * nr[c];
-    }
-    dnorm_mean /= float(C);
-    dnorm_norm_mean /= float(C);
-    for (int64_t c = 0; c < C; ++c) dxr[c] = rstd[r] * (w[c] * dyr[c] - dnorm_mean - nr[c] * dnorm_norm_mean);
-  }
-
-  // dweight += sum_rows dy * xhat, dbias += sum_rows dy: each thread owns a block of channels and
-  // walks the rows in order, so the sums do not depend on the thread count.
-  float* dw = dw_t.f32();
-  float* db = db_t.f32();
-  constexpr int64_t BLOCK = 64;
-  const int64_t blocks = (C + BLOCK - 1) / BLOCK;
-#pragma omp parallel for if (dy.numel() > (1 << 14))
-  for (int64_t blk = 0; blk < blocks; ++blk) {
-    const int64_t c0 = blk * BLOCK, c1 = c0 + BLOCK < C ? c0 + BLOCK : C;
-    for (int64_t r = 0; r < R; ++r)
-      for (int64_t c = c0; c < c1; ++c) {
-        dw[c] += dyp[r * C + c] * xhat[r * C + c];
-        db[c] += dyp[r * C + c];
-      }
-  }
-}
 
 // ---------------------------------------------------------------------------------------------
 // Embedding

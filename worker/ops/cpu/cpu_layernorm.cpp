@@ -1,0 +1,176 @@
+// File: worker/ops/cpu/cpu_layernorm.cpp
+// CpuOps: layer norm (after llm.c's layernorm_forward/backward), forward beside backward, and
+// their plain per-row loops (the _ref oracle). A row's mean, variance and gradient means are
+// sums over its C channels in order; summed one row at a time, each add waits for the one
+// before (about 3 cycles), so the kernels here sum LAYERNORM_ROW_GROUP rows side by side: the
+// same adds in the same order for every row, independent of each other. The results are bit
+// for bit the _ref's (-ffp-contract=off fuses nothing).
+#include <cmath>
+#include <stdexcept>
+#include <string>
+
+#include "worker/ops/cpu/cpu_kernels.h"
+#include "worker/ops/cpu_ops.h"
+
+namespace qsync {
+
+// ---------------------------------------------------------------------------------------------
+// The plain loops
+
+void layernorm_rows_ref(const float* x, const float* weight, const float* bias, int64_t rows, int64_t C, float* y,
+                        float* xhat, float* rstd) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* xr = x + r * C;
+    float mean = 0.0f;
+    for (int64_t c = 0; c < C; ++c) mean += xr[c];
+    mean /= float(C);
+    float var = 0.0f;
+    for (int64_t c = 0; c < C; ++c) {
+      const float d = xr[c] - mean;
+      var += d * d;
+    }
+    var /= float(C);
+    const float s = 1.0f / std::sqrt(var + LAYERNORM_EPS);
+    for (int64_t c = 0; c < C; ++c) {
+      const float n = (xr[c] - mean) * s;
+      y[r * C + c] = n * weight[c] + bias[c];
+      if (xhat) xhat[r * C + c] = n;
+    }
+    if (rstd) rstd[r] = s;
+  }
+}
+
+// dx = rstd * (dnorm - mean(dnorm) - xhat * mean(dnorm * xhat)), dnorm = w * dy;
+// dweight += sum over rows of dy * xhat, dbias += sum over rows of dy (rows in order)
+void layernorm_backward_ref(const float* dy, const float* xhat, const float* rstd, const float* w, int64_t rows,
+                            int64_t C, float* dx, float* dw, float* db) {
+  for (int64_t r = 0; r < rows; ++r) {
+    float dnorm_mean = 0.0f, dnorm_norm_mean = 0.0f;
+    for (int64_t c = 0; c < C; ++c) {
+      const float dnorm = w[c] * dy[r * C + c];
+      dnorm_mean += dnorm;
+      dnorm_norm_mean += dnorm * xhat[r * C + c];
+    }
+    dnorm_mean /= float(C);
+    dnorm_norm_mean /= float(C);
+    for (int64_t c = 0; c < C; ++c)
+      dx[r * C + c] = rstd[r] * (w[c] * dy[r * C + c] - dnorm_mean - xhat[r * C + c] * dnorm_norm_mean);
+  }
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < C; ++c) {
+      dw[c] += dy[r * C + c] * xhat[r * C + c];
+      db[c] += dy[r * C + c];
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Forward: G rows side by side
+
+namespace {
+
+constexpr int64_t LAYERNORM_ROW_GROUP = 8;
+
+template <int64_t G>
+void layernorm_group(const float* x, const float* weight, const float* bias, int64_t C, float* y, float* xhat,
+                     float* rstd) {  // x, y, xhat: (G, C) from the group's first row; rstd (G)
+  float mean[G] = {}, var[G] = {}, s[G];
+  for (int64_t c = 0; c < C; ++c)
+    for (int64_t g = 0; g < G; ++g) mean[g] += x[g * C + c];
+  for (int64_t g = 0; g < G; ++g) mean[g] /= float(C);
+  for (int64_t c = 0; c < C; ++c)
+    for (int64_t g = 0; g < G; ++g) {
+      const float d = x[g * C + c] - mean[g];
+      var[g] += d * d;
+    }
+  for (int64_t g = 0; g < G; ++g) s[g] = 1.0f / std::sqrt(var[g] / float(C) + LAYERNORM_EPS);
+  for (int64_t g = 0; g < G; ++g) {
+    const float* xr = x + g * C;
+    float* yr = y + g * C;
+    for (int64_t c = 0; c < C; ++c) {
+      const float n = (xr[c] - mean[g]) * s[g];
+      yr[c] = n * weight[c] + bias[c];
+      if (xhat) xhat[g * C + c] = n;
+    }
+    if (rstd) rstd[g] = s[g];
+  }
+}
+
+}  // namespace
+
+void layernorm_rows(const float* x, const float* weight, const float* bias, int64_t rows, int64_t C, float* y,
+                    float* xhat, float* rstd) {
+  constexpr int64_t G = LAYERNORM_ROW_GROUP;
+  const int64_t groups = rows / G;
+#pragma omp parallel for if (rows * C > (1 << 14))
+  for (int64_t i = 0; i < groups; ++i)
+    layernorm_group<G>(x + i * G * C, weight, bias, C, y + i * G * C, xhat ? xhat + i * G * C : nullptr,
+                       rstd ? rstd + i * G : nullptr);
+  for (int64_t r = groups * G; r < rows; ++r)
+    layernorm_group<1>(x + r * C, weight, bias, C, y + r * C, xhat ? xhat + r * C : nullptr, rstd ? rstd + r : nullptr);
+}
+
+void CpuOps::layernorm_forward(const Tensor& x, const Tensor& w, const Tensor& b, float eps, Tensor& y, Tensor* xhat,
+                               Tensor* rstd) {
+  if (eps != LAYERNORM_EPS)
+    throw std::logic_error("layernorm_forward: the engine's layer norm uses eps " + std::to_string(LAYERNORM_EPS) +
+                           ", got " + std::to_string(eps));
+  const int64_t C = w.numel(), R = x.numel() / C;
+  layernorm_rows(x.f32(), w.f32(), b.f32(), R, C, y.f32(), xhat ? xhat->f32() : nullptr, rstd ? rstd->f32() : nullptr);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Backward: dx G rows side by side; dweight and dbias by blocks of channels
+
+namespace {
+
+template <int64_t G>
+void layernorm_dx_group(const float* dy, const float* xhat, const float* rstd, const float* w, int64_t C,
+                        float* dx) {  // dy, xhat, dx: (G, C) from the group's first row; rstd (G)
+  float dnorm_mean[G] = {}, dnorm_norm_mean[G] = {};
+  for (int64_t c = 0; c < C; ++c)
+    for (int64_t g = 0; g < G; ++g) {
+      const float dnorm = w[c] * dy[g * C + c];
+      dnorm_mean[g] += dnorm;
+      dnorm_norm_mean[g] += dnorm * xhat[g * C + c];
+    }
+  for (int64_t g = 0; g < G; ++g) {
+    const float m = dnorm_mean[g] / float(C), mn = dnorm_norm_mean[g] / float(C);
+    for (int64_t c = 0; c < C; ++c) dx[g * C + c] = rstd[g] * (w[c] * dy[g * C + c] - m - xhat[g * C + c] * mn);
+  }
+}
+
+}  // namespace
+
+void CpuOps::layernorm_backward(const Tensor& dy_t, const Tensor& xhat_t, const Tensor& rstd_t, const Tensor& w_t,
+                                Tensor& dx_t, Tensor& dw_t, Tensor& db_t) {
+  const int64_t C = w_t.numel(), R = dy_t.numel() / C;
+  const float* dy = dy_t.f32();
+  const float* xhat = xhat_t.f32();
+  const float* rstd = rstd_t.f32();
+  const float* w = w_t.f32();
+  float* dx = dx_t.f32();
+  constexpr int64_t G = LAYERNORM_ROW_GROUP;
+  const int64_t groups = R / G;
+#pragma omp parallel for if (dy_t.numel() > (1 << 14))
+  for (int64_t i = 0; i < groups; ++i)
+    layernorm_dx_group<G>(dy + i * G * C, xhat + i * G * C, rstd + i * G, w, C, dx + i * G * C);
+  for (int64_t r = groups * G; r < R; ++r) layernorm_dx_group<1>(dy + r * C, xhat + r * C, rstd + r, w, C, dx + r * C);
+
+  // Each thread owns a block of channels and walks the rows in order, so the sums do not depend
+  // on the thread count.
+  float* dw = dw_t.f32();
+  float* db = db_t.f32();
+  constexpr int64_t BLOCK = 64;
+  const int64_t blocks = (C + BLOCK - 1) / BLOCK;
+#pragma omp parallel for if (dy_t.numel() > (1 << 14))
+  for (int64_t blk = 0; blk < blocks; ++blk) {
+    const int64_t c0 = blk * BLOCK, c1 = c0 + BLOCK < C ? c0 + BLOCK : C;
+    for (int64_t r = 0; r < R; ++r)
+      for (int64_t c = c0; c < c1; ++c) {
+        dw[c] += dy[r * C + c] * xhat[r * C + c];
+        db[c] += dy[r * C + c];
+      }
+  }
+}
+
+}  // namespace qsync
