@@ -4,7 +4,7 @@ the planned blocks, and with SPD on every block; on real links (Gloo over loopba
 over a veth pair between two network namespaces, a real kernel link) and, as a labelled projection,
 under an emulated slow link.
 
-    bench/spd_bench.py [--work DIR] [--tp 2,4] [--link 50us,10GB/s] [--budget ppl:1%]
+    bench/spd_bench.py [--work DIR] [--tp 2,4] [--link 50us,10GB/s] [--budget ppl:1%] [--confidence 0.9]
                        [--train-steps 1500] [--rounds 3] [--repeat 5] [--veth] [--veth-delay 50us]
 
 Steps (everything lands in --work, default /tmp/qsync-spd-bench; the trained model is reused):
@@ -12,7 +12,8 @@ Steps (everything lands in --work, default /tmp/qsync-spd-bench; the trained mod
     Debian package `fortunes`) with `qsync-worker train`;
  2. measure the all-reduce of each TP degree (`qsync-bench-allreduce --comm-profile`);
  3. per TP degree and strategy (zero-shot, distill, head-group, auto), `qsync-worker spd-plan`
-    under the budget on calibration windows held out of training (every other window of the
+    under the budget (tested on its upper --confidence bound, paired by window) on calibration
+    windows held out of training (every other window of the
     corpus' validation split): how many blocks each strategy can drop;
  4. per TP degree, link (none, --link) and mode (every sync, the auto plan, SPD on every block):
     N `qsync-worker infer` processes, a 128-token prefill and 64 decoded tokens, --repeat times per
@@ -80,10 +81,11 @@ def comm_profile(work, tp):
     return path
 
 
-def plan(work, ckpt, tp, strategy, budget, link, windows):
+def plan(work, ckpt, tp, strategy, budget, confidence, link, windows):
     out = os.path.join(work, f"plan-tp{tp}-{strategy}.json")
     run([WORKER, "spd-plan", "--model", MODEL, "--checkpoint", ckpt, "--tp", str(tp), "--data", CORPUS,
-         "--budget", budget, "--strategy", strategy, "--windows", str(windows), "--window", "128",
+         "--budget", budget, "--confidence", str(confidence), "--strategy", strategy, "--windows", str(windows),
+         "--window", "128",
          "--comm-profile", comm_profile(work, tp), "--link", link, "--threads", "2", "--out", out, "--quiet"])
     with open(out) as f:
         return out, json.load(f)
@@ -172,6 +174,9 @@ def main():
     ap.add_argument("--tp", default="2,4")
     ap.add_argument("--link", default="50us,10GB/s")
     ap.add_argument("--budget", default="ppl:1%")
+    ap.add_argument("--confidence", type=float, default=0.9,
+                    help="spd-plan's budget test: the upper bound at this one-sided confidence of the change paired "
+                         "by window (0: the measured change)")
     ap.add_argument("--train-steps", type=int, default=1500)
     ap.add_argument("--windows", type=int, default=200,
                     help="budget windows of 128 tokens for spd-plan (48 chose a set at +0.93%% that cost +1.53%% on the "
@@ -191,7 +196,8 @@ def main():
 
     strategy_rows, rows, target = [], [], None
     for tp in [int(t) for t in args.tp.split(",")]:
-        plans = {s: plan(args.work, ckpt, tp, s, args.budget, args.link, args.windows) for s in STRATEGIES}
+        plans = {s: plan(args.work, ckpt, tp, s, args.budget, args.confidence, args.link, args.windows)
+                 for s in STRATEGIES}
         for s in STRATEGIES:
             p = plans[s][1]
             cal = p["calibration"]

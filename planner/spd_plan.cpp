@@ -89,6 +89,7 @@ SpdBlockClass class_from_name(const FieldReader& r, const std::string& field, co
 json plan_to_json(const SpdPlan& p) {
   json budget = {{"metric", p.budget.metric == SpdBudgetMetric::PERPLEXITY ? "perplexity" : "accuracy"}};
   budget[p.budget.metric == SpdBudgetMetric::PERPLEXITY ? "max_relative_increase" : "max_drop"] = p.budget.limit;
+  budget["confidence"] = p.budget.confidence;
   json sensitivity = json::array();
   for (const SpdBlockSensitivity& s : p.sensitivity)
     sensitivity.push_back({{"block", s.block}, {"progressive", s.progressive}, {"alone", s.alone},
@@ -132,6 +133,10 @@ void read_budget(const FieldReader& r, const json& j, SpdPlan& p) {
     if (p.budget.limit < 0 || p.budget.limit > 1) r.fail("budget.max_drop", "must be in 0..1");
   } else {
     r.fail("budget.metric", "must be \"perplexity\" or \"accuracy\", got '" + metric + "'");
+  }
+  if (b.contains("confidence")) {  // plans written before the bound: the measured change (0)
+    p.budget.confidence = r.number(b, "budget", "confidence");
+    if (!(p.budget.confidence >= 0 && p.budget.confidence < 1)) r.fail("budget.confidence", "must be in [0, 1)");
   }
 }
 

@@ -28,7 +28,7 @@ SpdPlan sample_plan() {
   p.tp_degree = 2;
   p.blocks = 4;
   p.weights = "plan.spd-weights.qtw";
-  p.budget = {SpdBudgetMetric::PERPLEXITY, 0.01};
+  p.budget = {SpdBudgetMetric::PERPLEXITY, 0.01, 0.9};
   p.tau1 = 0.0125;
   p.tau2 = 0.05;
   p.sensitivity = {{3, 0.001, 0.002, SpdBlockClass::INSENSITIVE},
@@ -58,6 +58,7 @@ void expect_same(const SpdPlan& a, const SpdPlan& b) {
   EXPECT_EQ(a.weights, b.weights);
   EXPECT_EQ(a.budget.metric, b.budget.metric);
   EXPECT_EQ(a.budget.limit, b.budget.limit);
+  EXPECT_EQ(a.budget.confidence, b.budget.confidence);
   EXPECT_EQ(a.tau1, b.tau1);
   EXPECT_EQ(a.tau2, b.tau2);
   ASSERT_EQ(a.sensitivity.size(), b.sensitivity.size());
@@ -150,6 +151,7 @@ TEST(SpdPlan, RefusesBadFilesNamingTheField) {
   expect_refused([](json& j) { j["tp_degree"] = 0; }, {"'tp_degree'"});
   expect_refused([](json& j) { j["budget"]["metric"] = "loss"; }, {"'budget.metric'", "loss"});
   expect_refused([](json& j) { j["budget"].erase("max_relative_increase"); }, {"'budget.max_relative_increase'"});
+  expect_refused([](json& j) { j["budget"]["confidence"] = 1.0; }, {"'budget.confidence'", "[0, 1)"});
   expect_refused([](json& j) { j["thresholds"]["tau1"] = 1.0; }, {"'thresholds'", "tau1 <= tau2"});
   expect_refused([](json& j) { j["sensitivity"][1]["class"] = "mild"; }, {"'sensitivity[1].class'", "mild"});
   expect_refused([](json& j) { j["sensitivity"][0]["progressive"] = "big"; }, {"'sensitivity[0].progressive'"});

@@ -22,7 +22,8 @@ namespace qsync {
 
 const char* SPD_PLAN_USAGE =
     "usage: qsync-worker spd-plan --model FILE|NAME --checkpoint C --tp N --data TEXT --out PLAN.json\n"
-    "         [--budget ppl:1%|ppl:0.01|acc:0.5%] [--tau1 X] [--tau2 Y]\n"
+    "         [--budget ppl:1%|ppl:0.01|acc:0.5%] [--confidence P (0.9; 0: the measured change)]\n"
+    "         [--tau1 X] [--tau2 Y]\n"
     "         [--strategy zero-shot|distill|head-group|auto] [--windows N (200; 0: all)] [--window T]\n"
     "         [--calibrate-on held-out|training]\n"
     "         [--allreduce-us X | --comm-profile FILE] [--link 50us,10GB/s]\n"
@@ -30,7 +31,8 @@ const char* SPD_PLAN_USAGE =
     "  Sync-Point Drop plan: block sensitivities on calibration windows of the text (by default the\n"
     "  held-out ones: every other window of its validation split, the rest being what `infer --eval`\n"
     "  scores), the drop set under the budget (recovered by distillation / head grouping as --strategy\n"
-    "  allows), predicted decode latency.\n";
+    "  allows; a set passes when the upper P bound of its change, paired window by window, is within\n"
+    "  it), predicted decode latency.\n";
 
 SpdPlanConfig spd_plan_parse_args(int argc, char** argv) {
   SpdPlanConfig c;
@@ -46,6 +48,13 @@ SpdPlanConfig spd_plan_parse_args(int argc, char** argv) {
       {"--budget", [&](const std::string& v) {
          (void)spd_budget_parse(v);  // refused here, naming the forms
          c.budget = v;
+       }},
+      {"--confidence", [&](const std::string& v) {
+         c.confidence = parse_double_flag("--confidence", v);
+         if (!(c.confidence >= 0 && c.confidence < 1))
+           throw std::invalid_argument("--confidence must be in [0, 1) (0.9: a drop set passes when its change is "
+                                       "within the budget with 90% one-sided confidence; 0: the measured change), "
+                                       "got " + v);
        }},
       {"--tau1", [&](const std::string& v) { c.tau1 = parse_double_flag("--tau1", v); }},
       {"--tau2", [&](const std::string& v) { c.tau2 = parse_double_flag("--tau2", v); }},
@@ -117,10 +126,17 @@ void print_report(const SpdPlan& plan, const SpdSensitivity& s, const SpdSelecti
     std::printf("  %5lld %12.5f %12.5f  %-20s %s\n", static_cast<long long>(b.block), b.progressive, b.alone,
                 spd_block_class_name(b.block_class), decision.c_str());
   }
-  std::printf("Selection (--strategy %s), in the order tried:\n", c.strategy.c_str());
+  const std::string test = plan.budget.confidence > 0
+                               ? "tested on the upper " + std::to_string(int(100.0 * plan.budget.confidence + 0.5)) +
+                                     "% bound of the change paired by window"
+                               : "tested on the measured change";
+  std::printf("Selection (--strategy %s; budget %s, %s), in the order tried:\n", c.strategy.c_str(), c.budget.c_str(),
+              test.c_str());
   for (const SpdAttempt& a : sel.attempts) {
-    std::printf("  block %lld %-13s perplexity %.4f accuracy %.4f  %s", static_cast<long long>(a.block),
-                spd_strategy_name(a.strategy), a.quality.perplexity, a.quality.accuracy,
+    const SpdBudgetCheck check = spd_budget_check(plan.budget, s.tp, a.quality);
+    std::printf("  block %lld %-13s perplexity %.4f accuracy %.4f  change %+.2f%% (bound %+.2f%%)  %s",
+                static_cast<long long>(a.block), spd_strategy_name(a.strategy), a.quality.perplexity,
+                a.quality.accuracy, 100.0 * check.change, 100.0 * check.upper,
                 a.accepted ? "within budget: dropped" : "over budget");
     if (a.strategy != SpdStrategy::ZERO_SHOT)
       std::printf("  (distillation MSE %.3g -> %.3g held out, %lld steps)", a.distill.heldout_mse_before,
@@ -167,7 +183,8 @@ void deal_calibration_windows(const std::vector<int32_t>& text, SpdCalibration& 
 }  // namespace
 
 SpdPlan spd_plan_run(const SpdPlanConfig& c) {
-  const SpdBudget budget = spd_budget_parse(c.budget);
+  SpdBudget budget = spd_budget_parse(c.budget);
+  budget.confidence = c.confidence;
   const SpdStrategyLimit limit = spd_strategy_limit_from_name(c.strategy);
   const DeviceClass& device = c.device_class.empty() ? device_class_fallback(device_class_by_name("cpu-amx"))
                                                      : device_class_by_name(c.device_class);

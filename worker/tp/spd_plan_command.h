@@ -24,6 +24,10 @@ struct SpdPlanConfig {
   int tp = 2;
   std::string data;         // text file: the calibration text comes from it (calibrate_on)
   std::string budget = "ppl:1%";
+  // The budget test's one-sided confidence (SpdBudget::confidence): the selection adds blocks
+  // while the test passes, so on the measured change alone it selects favourable sampling error
+  // (see windows); 0 tests the measured change.
+  double confidence = 0.9;
   std::optional<double> tau1, tau2;  // unset: the default rule (worker/tp/spd_sensitivity.h)
   std::string strategy = "auto";     // zero-shot | distill | head-group | auto
   // Budget windows, as many again for recovery (0: all the text holds). The selection adds blocks

@@ -4,6 +4,7 @@
 // The drop-set selection is in spd_selection.cpp. Rules: worker/tp/spd_sensitivity.h.
 #include "worker/tp/spd_sensitivity.h"
 
+#include <cmath>
 #include <stdexcept>
 
 namespace qsync {
@@ -59,9 +60,42 @@ void spd_classify_blocks(std::vector<SpdBlockSensitivity>& blocks, double tau1, 
   for (SpdBlockSensitivity& b : blocks) b.block_class = spd_classify(b.progressive, tau1, tau2);
 }
 
+double standard_normal_quantile(double p) {
+  if (!(p > 0 && p < 1)) throw std::invalid_argument("standard_normal_quantile: p must be in (0, 1)");
+  double lo = -40, hi = 40;  // bisection on the CDF 0.5 erfc(-z / sqrt 2): exact to the last bits
+  for (int i = 0; i < 200 && hi - lo > 1e-15; ++i) {
+    const double mid = 0.5 * (lo + hi);
+    (0.5 * std::erfc(-mid / std::sqrt(2.0)) < p ? lo : hi) = mid;
+  }
+  return 0.5 * (lo + hi);
+}
+
+SpdBudgetCheck spd_budget_check(const SpdBudget& budget, const TpQuality& tp, const TpQuality& planned) {
+  const bool ppl = budget.metric == SpdBudgetMetric::PERPLEXITY;
+  SpdBudgetCheck c;
+  c.change = ppl ? planned.perplexity / tp.perplexity - 1.0 : tp.accuracy - planned.accuracy;
+  c.upper = c.change;
+  const std::vector<double>& a = ppl ? planned.window_loss : tp.window_accuracy;  // change = a - b per window
+  const std::vector<double>& b = ppl ? tp.window_loss : planned.window_accuracy;
+  const size_t n = a.size();
+  const bool paired = budget.confidence > 0 && n >= 2 && b.size() == n;
+  if (paired) {
+    double mean = 0, square = 0;
+    for (size_t w = 0; w < n; ++w) mean += a[w] - b[w];
+    mean /= double(n);
+    for (size_t w = 0; w < n; ++w) square += (a[w] - b[w] - mean) * (a[w] - b[w] - mean);
+    const double standard_error = std::sqrt(square / double(n - 1) / double(n));
+    const double bound = mean + standard_normal_quantile(budget.confidence) * standard_error;
+    c.upper = ppl ? std::exp(bound) - 1.0 : bound;
+  }
+  // The point test in its own terms (as before the bound), so a plan at confidence 0 is unchanged.
+  c.within = paired ? c.upper <= budget.limit
+                 : (ppl ? planned.perplexity <= tp.perplexity * (1.0 + budget.limit) : c.change <= budget.limit);
+  return c;
+}
+
 bool spd_within_budget(const SpdBudget& budget, const TpQuality& tp, const TpQuality& planned) {
-  if (budget.metric == SpdBudgetMetric::PERPLEXITY) return planned.perplexity <= tp.perplexity * (1.0 + budget.limit);
-  return tp.accuracy - planned.accuracy <= budget.limit;
+  return spd_budget_check(budget, tp, planned).within;
 }
 
 SpdStrategyLimit spd_strategy_limit_from_name(const std::string& name) {

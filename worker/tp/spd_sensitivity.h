@@ -73,9 +73,21 @@ SpdThresholds spd_default_thresholds(const SpdBudget& budget, double perplexity_
 // Sets each block's class from its progressive sensitivity.
 void spd_classify_blocks(std::vector<SpdBlockSensitivity>& blocks, double tau1, double tau2);
 
-// Whether `planned` is within `budget` of `tp` (perplexity: planned <= tp * (1 + limit);
-// accuracy: tp - planned <= limit).
+// The budget test of `planned` against `tp`, evaluated on the same windows. The change is the
+// relative perplexity increase (planned / tp - 1) or the accuracy drop (tp - planned). With
+// budget.confidence c > 0 and per-window results on both sides, `upper` is the one-sided upper c
+// bound of the change from the paired per-window differences (mean + z_c * standard error; for
+// perplexity on the window losses, then exp(.) - 1), so a drop set passes on evidence rather than
+// on a favourable sample: the selection adds blocks while the test passes, and a point estimate
+// lets it pick up sampling error. Without (c = 0, or fewer than two windows), upper = change.
+struct SpdBudgetCheck {
+  double change = 0, upper = 0;
+  bool within = false;  // upper <= budget.limit
+};
+SpdBudgetCheck spd_budget_check(const SpdBudget& budget, const TpQuality& tp, const TpQuality& planned);
 bool spd_within_budget(const SpdBudget& budget, const TpQuality& tp, const TpQuality& planned);
+// z with P(N(0, 1) <= z) = p, for p in (0, 1).
+double standard_normal_quantile(double p);
 
 // What --strategy allows: zero-shot only; zero-shot then distillation; all three; or auto: the
 // block's class picks where to start (insensitive: zero-shot, sensitive: distilled, extremely

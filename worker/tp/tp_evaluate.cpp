@@ -2,7 +2,7 @@
 // Held-out next-token quality of a TpTransformer (any dropped set, simulation or real rank):
 // windows of `window` inputs (window k at k * stride) with the next tokens as targets, each window
 // one prefill from an empty cache, `batch` windows per forward; cross-entropy in double, argmax
-// accuracy.
+// accuracy, overall and per window.
 #include <algorithm>
 #include <cmath>
 #include <stdexcept>
@@ -28,6 +28,7 @@ TpQuality tp_evaluate(TpTransformer& model, const std::vector<int32_t>& tokens, 
     throw std::invalid_argument("tp_evaluate: " + std::to_string(tokens.size()) + " tokens hold no window of " +
                                 std::to_string(window) + " inputs plus one target; use more text or a smaller window");
   const int64_t V = model.vocab();
+  TpQuality q;
   double loss = 0;
   int64_t correct = 0, positions = 0;
   for (int64_t w0 = 0; w0 < windows; w0 += batch) {
@@ -37,7 +38,9 @@ TpQuality tp_evaluate(TpTransformer& model, const std::vector<int32_t>& tokens, 
       std::copy_n(tokens.begin() + (w0 + b) * stride, window, inputs.begin() + b * window);
     model.reset(nb);
     const std::vector<float> logits = model.forward(inputs, nb);  // (nb, window, V)
-    for (int64_t b = 0; b < nb; ++b)
+    for (int64_t b = 0; b < nb; ++b) {
+      double window_loss = 0;
+      int64_t window_correct = 0;
       for (int64_t t = 0; t < window; ++t) {
         const float* row = logits.data() + (b * window + t) * V;
         const int32_t target = tokens[size_t((w0 + b) * stride + t + 1)];
@@ -46,12 +49,17 @@ TpQuality tp_evaluate(TpTransformer& model, const std::vector<int32_t>& tokens, 
           if (row[v] > row[best]) best = v;
         double sum = 0;
         for (int64_t v = 0; v < V; ++v) sum += std::exp(double(row[v]) - double(row[best]));
-        loss += std::log(sum) - (double(row[target]) - double(row[best]));
+        const double position_loss = std::log(sum) - (double(row[target]) - double(row[best]));
+        loss += position_loss;
+        window_loss += position_loss;
         correct += best == target ? 1 : 0;
+        window_correct += best == target ? 1 : 0;
         ++positions;
       }
+      q.window_loss.push_back(window_loss / double(window));
+      q.window_accuracy.push_back(double(window_correct) / double(window));
+    }
   }
-  TpQuality q;
   q.positions = positions;
   q.loss = loss / double(positions);
   q.perplexity = std::exp(q.loss);

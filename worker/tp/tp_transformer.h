@@ -105,6 +105,9 @@ struct TpQuality {
   double perplexity = 0;    // exp(loss)
   double accuracy = 0;      // next-token argmax accuracy
   int64_t positions = 0;
+  // Per window, in window order (every window scores the same number of positions, so their
+  // means are loss and accuracy): what a paired comparison of two evaluations needs.
+  std::vector<double> window_loss, window_accuracy;
 };
 inline constexpr int64_t TP_EVALUATE_BATCH = 8;  // windows per forward
 TpQuality tp_evaluate(TpTransformer& model, const std::vector<int32_t>& tokens, int64_t window,

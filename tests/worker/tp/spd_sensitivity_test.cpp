@@ -128,6 +128,84 @@ TEST(SpdSensitivity, DefaultThresholdsAndClasses) {
   EXPECT_THROW(spd_classify_blocks(b, 0.2, 0.1), std::invalid_argument);
 }
 
+// Two evaluations on the same windows: `tp` and `planned` with per-window losses tp + d[w].
+TpQuality with_window_losses(const std::vector<double>& losses) {
+  TpQuality q;
+  for (double l : losses) q.loss += l / double(losses.size());
+  q.perplexity = std::exp(q.loss);
+  q.window_loss = losses;
+  q.window_accuracy.assign(losses.size(), 0.5);
+  q.accuracy = 0.5;
+  return q;
+}
+
+TEST(SpdBudgetCheck, BoundsThePairedChangeAtTheConfidence) {
+  EXPECT_NEAR(standard_normal_quantile(0.5), 0.0, 1e-12);
+  EXPECT_NEAR(standard_normal_quantile(0.9), 1.2815515655446004, 1e-9);
+  EXPECT_NEAR(standard_normal_quantile(0.95), 1.6448536269514722, 1e-9);
+  EXPECT_THROW(standard_normal_quantile(1.0), std::invalid_argument);
+
+  const std::vector<double> base = {2.0, 2.2, 1.9, 2.1, 2.05, 1.95, 2.15, 2.0};
+  std::vector<double> steady = base, noisy = base;  // both +0.5% in mean loss change
+  const std::vector<double> swing = {0.04, -0.03, 0.05, -0.04, 0.03, -0.02, 0.05, -0.04};  // mean 0.005
+  for (size_t w = 0; w < base.size(); ++w) {
+    steady[w] += 0.005;
+    noisy[w] += swing[w];
+  }
+  const TpQuality tp = with_window_losses(base);
+  const SpdBudget point{SpdBudgetMetric::PERPLEXITY, 0.01, 0.0}, bound{SpdBudgetMetric::PERPLEXITY, 0.01, 0.9};
+  // Measured change exp(0.005) - 1 = +0.50% on both: within +1% on the point test.
+  for (const auto* planned : {&steady, &noisy}) {
+    const SpdBudgetCheck c = spd_budget_check(point, tp, with_window_losses(*planned));
+    EXPECT_NEAR(c.change, std::expm1(0.005), 1e-12);
+    EXPECT_EQ(c.upper, c.change);
+    EXPECT_TRUE(c.within);
+  }
+  // The same change every window: no spread, the bound is the change.
+  const SpdBudgetCheck s = spd_budget_check(bound, tp, with_window_losses(steady));
+  EXPECT_NEAR(s.upper, std::expm1(0.005), 1e-9);
+  EXPECT_TRUE(s.within);
+  // The same mean with a swing of +-4%: standard error sd / sqrt(8), sd of swing about 0.0414,
+  // so the 90% bound is 0.005 + 1.2816 * 0.01464 = +2.4%: over the budget.
+  double mean = 0, square = 0;
+  for (double x : swing) mean += x / 8;
+  for (double x : swing) square += (x - mean) * (x - mean);
+  const double expected = std::expm1(mean + 1.2815515655446004 * std::sqrt(square / 7 / 8));
+  const SpdBudgetCheck n = spd_budget_check(bound, tp, with_window_losses(noisy));
+  EXPECT_NEAR(n.upper, expected, 1e-9);
+  EXPECT_GT(n.upper, 0.02);
+  EXPECT_FALSE(n.within);
+  EXPECT_FALSE(spd_within_budget(bound, tp, with_window_losses(noisy)));
+
+  // Accuracy: the drop tp - planned per window.
+  TpQuality worse = tp;
+  worse.window_accuracy = {0.49, 0.48, 0.5, 0.49, 0.5, 0.48, 0.49, 0.49};
+  worse.accuracy = 0.49;
+  const SpdBudgetCheck a = spd_budget_check({SpdBudgetMetric::ACCURACY, 0.02, 0.9}, tp, worse);
+  EXPECT_NEAR(a.change, 0.01, 1e-12);
+  EXPECT_GT(a.upper, a.change);
+  EXPECT_TRUE(a.within);
+  EXPECT_FALSE(spd_within_budget({SpdBudgetMetric::ACCURACY, 0.011, 0.9}, tp, worse));
+  EXPECT_TRUE(spd_within_budget({SpdBudgetMetric::ACCURACY, 0.011, 0.0}, tp, worse));
+}
+
+// tp_evaluate's per-window losses and accuracies average to its overall ones.
+TEST(SpdBudgetCheck, EvaluationReportsEveryWindow) {
+  const Trained& t = trained();
+  const TpQuality q = spd_calibration_quality(t.weights, tp_layout_contiguous(t.weights, 2),
+                                              std::vector<bool>(BLOCKS, false), t.cal);
+  ASSERT_GE(q.window_loss.size(), size_t(2));
+  EXPECT_EQ(q.window_accuracy.size(), q.window_loss.size());
+  EXPECT_EQ(int64_t(q.window_loss.size()) * t.cal.window, q.positions);
+  double loss = 0, accuracy = 0;
+  for (size_t w = 0; w < q.window_loss.size(); ++w) {
+    loss += q.window_loss[w] / double(q.window_loss.size());
+    accuracy += q.window_accuracy[w] / double(q.window_loss.size());
+  }
+  EXPECT_NEAR(loss, q.loss, 1e-12);
+  EXPECT_NEAR(accuracy, q.accuracy, 1e-12);
+}
+
 TEST(SpdSensitivity, StrategyLaddersFollowTheLimitAndTheClass) {
   using S = SpdStrategy;
   EXPECT_EQ(spd_strategy_ladder(SpdBlockClass::EXTREMELY_SENSITIVE, SpdStrategyLimit::ZERO_SHOT),
@@ -372,6 +450,7 @@ TEST(SpdPlanCommand, RefusesBadInput) {
   expect_message({"--allreduce-us", "5", "--comm-profile", "c.json"}, "not both");
   expect_message({"--window", "17"}, "context");
   expect_message({"--calibrate-on", "validation"}, "held-out");
+  expect_message({"--confidence", "1"}, "[0, 1)");
   expect_message({"--checkpoint", t.dir.file("no-such-ckpt")}, "no-such-ckpt");
   expect_message({"--unknown"}, "--unknown");
   EXPECT_FALSE(std::filesystem::exists(t.dir.file("bad.json")));
