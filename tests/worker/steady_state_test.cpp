@@ -48,9 +48,13 @@ nlohmann::json train_steps(const std::string& model, const std::string& precisio
 
 // Steady state: a per-step allocation of any activation faults in every step, at least once per
 // 4 KiB page it touches (hundreds a step), so only a minority of the 100 steps may take any
-// fault. The residue is a few steps' late first touches (not yet traced): measured on an AVX-512
-// BF16 VM, the INT8 CNN run alone takes 0.44 faults a step in 5 of the 100 steps, under the
-// parallel test suite 1.25 in 7; the FP32 CNN and the INT8 MLP 0.0 in 0.
+// fault. The residue is the buffer cache's high-water mark still growing: traced with perf
+// (page-fault samples with call stacks over 400 INT8 CNN steps), the late faults are oneDNN's
+// JIT kernels' first writes into memory no step before touched (by all appearances a block
+// newly allocated when a step's live set first needs one more buffer of some size), 62 faults in
+// 4 steps, none after step ~140. Measured on an AVX-512 BF16 VM, the INT8 CNN run alone takes 0.44
+// faults a step in 5 of the 100 steps, under the parallel test suite 1.25 in 7; the FP32 CNN and
+// the INT8 MLP 0.0 in 0.
 constexpr int64_t MAX_STEPS_WITH_FAULTS = 20;
 // The average, loosely (8x the worst measured): hundreds a step fail it by far.
 constexpr double MAX_FAULTS_PER_STEP = 10.0;

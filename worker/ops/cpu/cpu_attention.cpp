@@ -83,19 +83,16 @@ void dots_block(const float* a, int64_t a_stride, const float* bt, int64_t bt_st
     }
 }
 
-// out[r, i] += sum over j < n of w[r * w_r + j * w_j] * rows[j * rows_stride + i], for r < R and
-// i < hs, added in j order onto out's values (rows out_stride apart). Sixteen channels of R rows
-// at a time, then eight, then one.
+// out[r, i] = sum over j < n of w[r * w_r + j * w_j] * rows[j * rows_stride + i], for r < R and
+// i < hs, each from 0 in j order (out rows out_stride apart; the oracle adds onto zeros, the same
+// sums). Sixteen channels of R rows at a time, then eight, then one.
 template <int64_t R>
 void combine_block(const float* w, int64_t w_r, int64_t w_j, int64_t n, const float* rows, int64_t rows_stride,
                    int64_t hs, float* out, int64_t out_stride) {
   int64_t i = 0;
   for (; i + 16 <= hs; i += 16) {
     f32x8 lo[R], hi[R];
-    for (int64_t r = 0; r < R; ++r) {
-      lo[r] = load8(out + r * out_stride + i);
-      hi[r] = load8(out + r * out_stride + i + 8);
-    }
+    for (int64_t r = 0; r < R; ++r) lo[r] = hi[r] = f32x8{0, 0, 0, 0, 0, 0, 0, 0};
     for (int64_t j = 0; j < n; ++j) {
       const f32x8 y0 = load8(rows + j * rows_stride + i), y1 = load8(rows + j * rows_stride + i + 8);
       for (int64_t r = 0; r < R; ++r) {
@@ -111,7 +108,7 @@ void combine_block(const float* w, int64_t w_r, int64_t w_j, int64_t n, const fl
   }
   for (; i + 8 <= hs; i += 8) {
     f32x8 acc[R];
-    for (int64_t r = 0; r < R; ++r) acc[r] = load8(out + r * out_stride + i);
+    for (int64_t r = 0; r < R; ++r) acc[r] = f32x8{0, 0, 0, 0, 0, 0, 0, 0};
     for (int64_t j = 0; j < n; ++j) {
       const f32x8 y = load8(rows + j * rows_stride + i);
       for (int64_t r = 0; r < R; ++r) acc[r] += w[r * w_r + j * w_j] * y;
@@ -120,7 +117,7 @@ void combine_block(const float* w, int64_t w_r, int64_t w_j, int64_t n, const fl
   }
   for (; i < hs; ++i)
     for (int64_t r = 0; r < R; ++r) {
-      float sum = out[r * out_stride + i];
+      float sum = 0.0f;
       for (int64_t j = 0; j < n; ++j) sum += w[r * w_r + j * w_j] * rows[j * rows_stride + i];
       out[r * out_stride + i] = sum;
     }
@@ -137,7 +134,7 @@ void dots_all_rows(const float* a, int64_t a_stride, const float* bt, int64_t T,
   for (; t0 < T; ++t0) dots_block<1>(a + t0 * a_stride, a_stride, bt, T, hs, causal ? t0 + 1 : T, d + t0 * T, T);
 }
 
-// out[t] += sum over t2 < visible(t) of w[t, t2] * rows[t2], in t2 order: w (T, T), zero past
+// out[t] = sum over t2 < visible(t) of w[t, t2] * rows[t2], in t2 order: w (T, T), zero past
 // each row's visible part; rows and out rows rows_stride / out_stride apart. A causal block of
 // rows runs to its last row's visible part: the others add w = 0 times the rows they do not see,
 // which leaves their sums as they are (x + 0 * y = x for finite y, as no such sum is -0).
@@ -151,7 +148,7 @@ void combine_visible(const float* w, int64_t T, bool causal, const float* rows, 
     combine_block<1>(w + t0 * T, 0, 1, causal ? t0 + 1 : T, rows, rows_stride, hs, out + t0 * out_stride, out_stride);
 }
 
-// out[t2] += sum over the rows t that see t2 (causal: t >= t2) of w[t, t2] * rows[t], in t order:
+// out[t2] = sum over the rows t that see t2 (causal: t >= t2) of w[t, t2] * rows[t], in t order:
 // the transposed products dv = att^T dout and dk = dpre^T q (w zero where t does not see t2). A
 // causal block of four tokens t2 starts at the rows its first token is seen by: the others first
 // add w = 0 times rows that do not see them, which leaves their sums (from 0) as they are.
@@ -248,7 +245,6 @@ void CpuOps::attention_forward(const Tensor& qkv, const AttentionShape& s, bool 
         const int64_t visible = causal ? t + 1 : T;
         const float inv = 1.0f / sums[t];
         for (int64_t t2 = 0; t2 < T; ++t2) row[t2] = t2 < visible ? row[t2] * inv : 0.0f;
-        for (int64_t i = 0; i < hs; ++i) out_bh[t * C + i] = 0.0f;
       }
       combine_visible(att_bh, T, causal, qkv_b + 2 * C + h * hs, 3 * C, hs, out_bh, C);  // att v
     }
@@ -263,7 +259,7 @@ void CpuOps::attention_backward(const Tensor& qkv, const Tensor& att, const Tens
   const int64_t B = s.batch, T = s.tokens, C = s.width, H = s.heads, hs = C / H;
   const bool causal = s.causal;
   const float scale = 1.0f / std::sqrt(float(hs));
-  fill_zero(dqkv);
+  // Every entry of dqkv is written once below (q, k and v parts of every head and token).
   const float* qp = qkv.f32();
   const float* ap = att.f32();
   const float* dop = dout.f32();

@@ -3,6 +3,7 @@
 // squares; the process-wide instance.
 #include "worker/ops/cpu_ops.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <stdexcept>
@@ -87,6 +88,7 @@ void CpuOps::matmul(const Tensor& a, Transpose ta, const Tensor& b, Transpose tb
   if (o.bias != nullptr) {  // y (m, n) += b[j], after the product
     float* yp = c.f32();
     const float* bp = o.bias->f32();
+#pragma omp parallel for if (d.m * d.n > (1 << 16))
     for (int64_t i = 0; i < d.m; ++i)
       for (int64_t j = 0; j < d.n; ++j) yp[i * d.n + j] += bp[j];
   }
@@ -96,10 +98,15 @@ void CpuOps::matmul(const Tensor& a, Transpose ta, const Tensor& b, Transpose tb
                              " (they are taken from FP32 data only)");
     float* sums = o.row_sums_of_a->f32();
     const float* ap = a.as<float>();
+    // Threads own blocks of sums, each walking its rows in order: the same sums at any thread count.
     if (a_t) {
-      for (int64_t r = 0; r < ra; ++r)
-        for (int64_t i = 0; i < ca; ++i) sums[i] += ap[r * ca + i];
+      constexpr int64_t BLOCK = 64;
+#pragma omp parallel for if (ra * ca > (1 << 16))
+      for (int64_t i0 = 0; i0 < ca; i0 += BLOCK)
+        for (int64_t r = 0; r < ra; ++r)
+          for (int64_t i = i0; i < std::min(ca, i0 + BLOCK); ++i) sums[i] += ap[r * ca + i];
     } else {
+#pragma omp parallel for if (ra * ca > (1 << 16))
       for (int64_t i = 0; i < ra; ++i)
         for (int64_t k = 0; k < ca; ++k) sums[i] += ap[i * ca + k];
     }
