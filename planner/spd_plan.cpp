@@ -136,7 +136,8 @@ void read_budget(const FieldReader& r, const json& j, SpdPlan& p) {
   }
   if (b.contains("confidence")) {  // plans written before the bound: the measured change (0)
     p.budget.confidence = r.number(b, "budget", "confidence");
-    if (!(p.budget.confidence >= 0 && p.budget.confidence < 1)) r.fail("budget.confidence", "must be in [0, 1)");
+    if (!(p.budget.confidence == 0 || (p.budget.confidence >= 0.5 && p.budget.confidence < 1)))
+      r.fail("budget.confidence", "must be 0 or in [0.5, 1)");
   }
 }
 

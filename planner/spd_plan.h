@@ -39,7 +39,7 @@ SpdStrategy spd_strategy_from_name(const std::string& s);  // throws listing the
 struct SpdBudget {
   SpdBudgetMetric metric = SpdBudgetMetric::PERPLEXITY;
   double limit = 0.01;  // PERPLEXITY: max relative increase (0.01 = +1%); ACCURACY: max absolute drop (0.01 = 1 point)
-  // One-sided confidence of the budget test, in [0, 1): a drop set passes when the upper
+  // One-sided confidence of the budget test, 0 or in [0.5, 1): a drop set passes when the upper
   // `confidence` bound of its change, paired window by window against TP, is within the limit;
   // 0: the measured change itself (worker/tp/spd_sensitivity.h).
   double confidence = 0;

@@ -125,6 +125,13 @@ TEST(SpdPlan, RoundTripsThroughAFile) {
   EXPECT_TRUE(k.at("weights").is_null());
   EXPECT_TRUE(k.at("layout").is_null());
   EXPECT_EQ(k.at("budget").at("max_drop"), 0.005);
+
+  // A plan written before the budget's confidence bound reads as the point test (0).
+  json old = json::parse(file_read_all(dir.file("plan.json")));
+  EXPECT_EQ(old.at("budget").at("confidence"), 0.9);
+  old["budget"].erase("confidence");
+  atomic_file_write(dir.file("old.json"), old.dump());
+  EXPECT_EQ(spd_plan_read(dir.file("old.json")).budget.confidence, 0.0);
 }
 
 TEST(SpdPlan, DroppedMaskMarksTheDroppedBlocks) {
@@ -151,7 +158,8 @@ TEST(SpdPlan, RefusesBadFilesNamingTheField) {
   expect_refused([](json& j) { j["tp_degree"] = 0; }, {"'tp_degree'"});
   expect_refused([](json& j) { j["budget"]["metric"] = "loss"; }, {"'budget.metric'", "loss"});
   expect_refused([](json& j) { j["budget"].erase("max_relative_increase"); }, {"'budget.max_relative_increase'"});
-  expect_refused([](json& j) { j["budget"]["confidence"] = 1.0; }, {"'budget.confidence'", "[0, 1)"});
+  expect_refused([](json& j) { j["budget"]["confidence"] = 1.0; }, {"'budget.confidence'", "[0.5, 1)"});
+  expect_refused([](json& j) { j["budget"]["confidence"] = 0.2; }, {"'budget.confidence'", "[0.5, 1)"});
   expect_refused([](json& j) { j["thresholds"]["tau1"] = 1.0; }, {"'thresholds'", "tau1 <= tau2"});
   expect_refused([](json& j) { j["sensitivity"][1]["class"] = "mild"; }, {"'sensitivity[1].class'", "mild"});
   expect_refused([](json& j) { j["sensitivity"][0]["progressive"] = "big"; }, {"'sensitivity[0].progressive'"});

@@ -213,7 +213,8 @@ class DeviceOps {
   // when its projections are below fp32).
   virtual void attention_forward(const Tensor& qkv, const AttentionShape& s, bool allow_tf32, Tensor& att,
                                  Tensor& out, StepContext& ctx, const std::string& layer) = 0;
-  // dqkv (B, T, 3C) written from dout (B, T, C).
+  // dqkv (B, T, 3C) written from dout (B, T, C); att as attention_forward wrote it (exact zeros
+  // where a causal row does not see a token: CpuOps' blocked products add those zeros).
   virtual void attention_backward(const Tensor& qkv, const Tensor& att, const Tensor& dout, const AttentionShape& s,
                                   bool allow_tf32, Tensor& dqkv, StepContext& ctx, const std::string& layer) = 0;
   // y (B, O, OH, OW) FP32 = conv(xc (B, C, H, W), wc (O, C*k*k)) + bias (O, optional); xc and wc

@@ -22,7 +22,7 @@ namespace qsync {
 
 const char* SPD_PLAN_USAGE =
     "usage: qsync-worker spd-plan --model FILE|NAME --checkpoint C --tp N --data TEXT --out PLAN.json\n"
-    "         [--budget ppl:1%|ppl:0.01|acc:0.5%] [--confidence P (0.9; 0: the measured change)]\n"
+    "         [--budget ppl:1%|ppl:0.01|acc:0.5%] [--confidence P (0.9; 0.5..0.99, or 0: the measured change)]\n"
     "         [--tau1 X] [--tau2 Y]\n"
     "         [--strategy zero-shot|distill|head-group|auto] [--windows N (200; 0: all)] [--window T]\n"
     "         [--calibrate-on held-out|training]\n"
@@ -51,10 +51,10 @@ SpdPlanConfig spd_plan_parse_args(int argc, char** argv) {
        }},
       {"--confidence", [&](const std::string& v) {
          c.confidence = parse_double_flag("--confidence", v);
-         if (!(c.confidence >= 0 && c.confidence < 1))
-           throw std::invalid_argument("--confidence must be in [0, 1) (0.9: a drop set passes when its change is "
-                                       "within the budget with 90% one-sided confidence; 0: the measured change), "
-                                       "got " + v);
+         if (!(c.confidence == 0 || (c.confidence >= 0.5 && c.confidence < 1)))
+           throw std::invalid_argument("--confidence must be 0 or in [0.5, 1) (0.9: a drop set passes when its change "
+                                       "is within the budget with 90% one-sided confidence; 0: the measured change; "
+                                       "below 0.5 the bound would sit under the change), got " + v);
        }},
       {"--tau1", [&](const std::string& v) { c.tau1 = parse_double_flag("--tau1", v); }},
       {"--tau2", [&](const std::string& v) { c.tau2 = parse_double_flag("--tau2", v); }},
@@ -126,17 +126,20 @@ void print_report(const SpdPlan& plan, const SpdSensitivity& s, const SpdSelecti
     std::printf("  %5lld %12.5f %12.5f  %-20s %s\n", static_cast<long long>(b.block), b.progressive, b.alone,
                 spd_block_class_name(b.block_class), decision.c_str());
   }
+  char level[32];
+  std::snprintf(level, sizeof(level), "%.4g%%", 100.0 * plan.budget.confidence);
   const std::string test = plan.budget.confidence > 0
-                               ? "tested on the upper " + std::to_string(int(100.0 * plan.budget.confidence + 0.5)) +
-                                     "% bound of the change paired by window"
+                               ? "tested on the upper " + std::string(level) + " bound of the change paired by window"
                                : "tested on the measured change";
   std::printf("Selection (--strategy %s; budget %s, %s), in the order tried:\n", c.strategy.c_str(), c.budget.c_str(),
               test.c_str());
   for (const SpdAttempt& a : sel.attempts) {
     const SpdBudgetCheck check = spd_budget_check(plan.budget, s.tp, a.quality);
-    std::printf("  block %lld %-13s perplexity %.4f accuracy %.4f  change %+.2f%% (bound %+.2f%%)  %s",
+    const bool ppl = plan.budget.metric == SpdBudgetMetric::PERPLEXITY;
+    std::printf("  block %lld %-13s perplexity %.4f accuracy %.4f  %s %+.2f%s (bound %+.2f)  %s",
                 static_cast<long long>(a.block), spd_strategy_name(a.strategy), a.quality.perplexity,
-                a.quality.accuracy, 100.0 * check.change, 100.0 * check.upper,
+                a.quality.accuracy, ppl ? "perplexity change" : "accuracy drop", 100.0 * check.change,
+                ppl ? "%" : " points", 100.0 * check.upper,
                 a.accepted ? "within budget: dropped" : "over budget");
     if (a.strategy != SpdStrategy::ZERO_SHOT)
       std::printf("  (distillation MSE %.3g -> %.3g held out, %lld steps)", a.distill.heldout_mse_before,
@@ -204,6 +207,11 @@ SpdPlan spd_plan_run(const SpdPlanConfig& c) {
   deal_calibration_windows(c.calibrate_on == "training" ? corpus.train
                                                          : char_heldout_windows(corpus.validation, cal.window).calibration,
                            cal);
+  const int64_t budget_windows = int64_t(cal.tokens.size()) / (cal.stride > 0 ? cal.stride : cal.window);
+  if (budget.confidence > 0 && budget_windows < 2)  // before any evaluation
+    throw std::invalid_argument("--confidence " + std::to_string(budget.confidence) + " needs at least 2 budget "
+                                "windows, the calibration text gives " + std::to_string(budget_windows) +
+                                "; pass more --windows or more text (or --confidence 0)");
 
   SpdSensitivity s = spd_measure_sensitivity(weights, layout, cal);
   SpdThresholds t = spd_default_thresholds(budget, s.tp.perplexity, L);

@@ -62,7 +62,7 @@ void spd_classify_blocks(std::vector<SpdBlockSensitivity>& blocks, double tau1, 
 
 double standard_normal_quantile(double p) {
   if (!(p > 0 && p < 1)) throw std::invalid_argument("standard_normal_quantile: p must be in (0, 1)");
-  double lo = -40, hi = 40;  // bisection on the CDF 0.5 erfc(-z / sqrt 2): exact to the last bits
+  double lo = -40, hi = 40;  // bisection on the CDF 0.5 erfc(-z / sqrt 2), to a width of 1e-15
   for (int i = 0; i < 200 && hi - lo > 1e-15; ++i) {
     const double mid = 0.5 * (lo + hi);
     (0.5 * std::erfc(-mid / std::sqrt(2.0)) < p ? lo : hi) = mid;
@@ -70,27 +70,44 @@ double standard_normal_quantile(double p) {
   return 0.5 * (lo + hi);
 }
 
+double student_t_quantile(double p, int64_t dof) {
+  if (dof < 1) throw std::invalid_argument("student_t_quantile: needs at least 1 degree of freedom");
+  // Abramowitz & Stegun 26.7.5: the expansion of t_p in powers of 1/dof around the normal z_p.
+  const double z = standard_normal_quantile(p), n = double(dof), z2 = z * z;
+  const double g1 = (z2 + 1) * z / 4;
+  const double g2 = ((5 * z2 + 16) * z2 + 3) * z / 96;
+  const double g3 = (((3 * z2 + 19) * z2 + 17) * z2 - 15) * z / 384;
+  const double g4 = ((((79 * z2 + 776) * z2 + 1482) * z2 - 1920) * z2 - 945) * z / 92160;
+  return z + g1 / n + g2 / (n * n) + g3 / (n * n * n) + g4 / (n * n * n * n);
+}
+
 SpdBudgetCheck spd_budget_check(const SpdBudget& budget, const TpQuality& tp, const TpQuality& planned) {
   const bool ppl = budget.metric == SpdBudgetMetric::PERPLEXITY;
   SpdBudgetCheck c;
   c.change = ppl ? planned.perplexity / tp.perplexity - 1.0 : tp.accuracy - planned.accuracy;
   c.upper = c.change;
+  if (budget.confidence <= 0) {  // the point test in its own terms, as before the bound
+    c.within = ppl ? planned.perplexity <= tp.perplexity * (1.0 + budget.limit) : c.change <= budget.limit;
+    return c;
+  }
   const std::vector<double>& a = ppl ? planned.window_loss : tp.window_accuracy;  // change = a - b per window
   const std::vector<double>& b = ppl ? tp.window_loss : planned.window_accuracy;
   const size_t n = a.size();
-  const bool paired = budget.confidence > 0 && n >= 2 && b.size() == n;
-  if (paired) {
-    double mean = 0, square = 0;
-    for (size_t w = 0; w < n; ++w) mean += a[w] - b[w];
-    mean /= double(n);
-    for (size_t w = 0; w < n; ++w) square += (a[w] - b[w] - mean) * (a[w] - b[w] - mean);
-    const double standard_error = std::sqrt(square / double(n - 1) / double(n));
-    const double bound = mean + standard_normal_quantile(budget.confidence) * standard_error;
-    c.upper = ppl ? std::exp(bound) - 1.0 : bound;
-  }
-  // The point test in its own terms (as before the bound), so a plan at confidence 0 is unchanged.
-  c.within = paired ? c.upper <= budget.limit
-                 : (ppl ? planned.perplexity <= tp.perplexity * (1.0 + budget.limit) : c.change <= budget.limit);
+  if (b.size() != n)
+    throw std::logic_error("spd_budget_check: the two evaluations scored " + std::to_string(b.size()) + " and " +
+                           std::to_string(n) + " windows; a paired bound needs the same windows");
+  if (n < 2)
+    throw std::invalid_argument("the SPD budget's confidence bound needs at least 2 budget windows, the calibration "
+                                "has " + std::to_string(n) + "; pass more --windows (or --confidence 0 to test the "
+                                "measured change)");
+  double mean = 0, square = 0;
+  for (size_t w = 0; w < n; ++w) mean += a[w] - b[w];
+  mean /= double(n);
+  for (size_t w = 0; w < n; ++w) square += (a[w] - b[w] - mean) * (a[w] - b[w] - mean);
+  const double standard_error = std::sqrt(square / double(n - 1) / double(n));
+  const double bound = mean + student_t_quantile(budget.confidence, int64_t(n) - 1) * standard_error;
+  c.upper = ppl ? std::exp(bound) - 1.0 : bound;
+  c.within = c.upper <= budget.limit;
   return c;
 }
 

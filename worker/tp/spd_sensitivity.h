@@ -75,11 +75,12 @@ void spd_classify_blocks(std::vector<SpdBlockSensitivity>& blocks, double tau1, 
 
 // The budget test of `planned` against `tp`, evaluated on the same windows. The change is the
 // relative perplexity increase (planned / tp - 1) or the accuracy drop (tp - planned). With
-// budget.confidence c > 0 and per-window results on both sides, `upper` is the one-sided upper c
-// bound of the change from the paired per-window differences (mean + z_c * standard error; for
+// budget.confidence c > 0, `upper` is the one-sided upper c bound of the change from the paired
+// per-window differences (mean + t_c(n - 1) * standard error, Student's t over n windows; for
 // perplexity on the window losses, then exp(.) - 1), so a drop set passes on evidence rather than
 // on a favourable sample: the selection adds blocks while the test passes, and a point estimate
-// lets it pick up sampling error. Without (c = 0, or fewer than two windows), upper = change.
+// lets it pick up sampling error. c > 0 needs both sides' per-window results over the same n >= 2
+// windows (throws otherwise, naming --windows); with c = 0, upper = change (the point test).
 struct SpdBudgetCheck {
   double change = 0, upper = 0;
   bool within = false;  // upper <= budget.limit
@@ -88,6 +89,9 @@ SpdBudgetCheck spd_budget_check(const SpdBudget& budget, const TpQuality& tp, co
 bool spd_within_budget(const SpdBudget& budget, const TpQuality& tp, const TpQuality& planned);
 // z with P(N(0, 1) <= z) = p, for p in (0, 1).
 double standard_normal_quantile(double p);
+// t with P(T_dof <= t) = p (Student's t; the A&S 26.7.5 expansion: within 1e-3 from 3 degrees of
+// freedom at p <= 0.99, exact in the limit).
+double student_t_quantile(double p, int64_t dof);
 
 // What --strategy allows: zero-shot only; zero-shot then distillation; all three; or auto: the
 // block's class picks where to start (insensitive: zero-shot, sensitive: distilled, extremely

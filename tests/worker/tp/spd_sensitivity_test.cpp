@@ -144,6 +144,12 @@ TEST(SpdBudgetCheck, BoundsThePairedChangeAtTheConfidence) {
   EXPECT_NEAR(standard_normal_quantile(0.9), 1.2815515655446004, 1e-9);
   EXPECT_NEAR(standard_normal_quantile(0.95), 1.6448536269514722, 1e-9);
   EXPECT_THROW(standard_normal_quantile(1.0), std::invalid_argument);
+  // Student's t (tables: t_0.9 with 7 dof 1.4149, 47 dof 1.2998, 3 dof 1.6377): the expansion is
+  // within 1e-3 from 3 degrees of freedom.
+  EXPECT_NEAR(student_t_quantile(0.9, 7), 1.4149, 1e-3);
+  EXPECT_NEAR(student_t_quantile(0.9, 47), 1.2998, 1e-3);
+  EXPECT_NEAR(student_t_quantile(0.9, 3), 1.6377, 1e-3);
+  EXPECT_NEAR(student_t_quantile(0.95, 1000000), 1.6448536269514722, 1e-5);  // t -> z
 
   const std::vector<double> base = {2.0, 2.2, 1.9, 2.1, 2.05, 1.95, 2.15, 2.0};
   std::vector<double> steady = base, noisy = base;  // both +0.5% in mean loss change
@@ -166,11 +172,11 @@ TEST(SpdBudgetCheck, BoundsThePairedChangeAtTheConfidence) {
   EXPECT_NEAR(s.upper, std::expm1(0.005), 1e-9);
   EXPECT_TRUE(s.within);
   // The same mean with a swing of +-4%: standard error sd / sqrt(8), sd of swing about 0.0414,
-  // so the 90% bound is 0.005 + 1.2816 * 0.01464 = +2.4%: over the budget.
+  // so the 90% bound (t with 7 dof) is 0.005 + 1.4149 * 0.01464 = +2.6%: over the budget.
   double mean = 0, square = 0;
   for (double x : swing) mean += x / 8;
   for (double x : swing) square += (x - mean) * (x - mean);
-  const double expected = std::expm1(mean + 1.2815515655446004 * std::sqrt(square / 7 / 8));
+  const double expected = std::expm1(mean + student_t_quantile(0.9, 7) * std::sqrt(square / 7 / 8));
   const SpdBudgetCheck n = spd_budget_check(bound, tp, with_window_losses(noisy));
   EXPECT_NEAR(n.upper, expected, 1e-9);
   EXPECT_GT(n.upper, 0.02);
@@ -187,6 +193,12 @@ TEST(SpdBudgetCheck, BoundsThePairedChangeAtTheConfidence) {
   EXPECT_TRUE(a.within);
   EXPECT_FALSE(spd_within_budget({SpdBudgetMetric::ACCURACY, 0.011, 0.9}, tp, worse));
   EXPECT_TRUE(spd_within_budget({SpdBudgetMetric::ACCURACY, 0.011, 0.0}, tp, worse));
+
+  // A bound needs the same windows on both sides, at least two: refused, never a silent point test.
+  const TpQuality one = with_window_losses({2.0}), other = with_window_losses({2.01});
+  EXPECT_THROW(spd_budget_check(bound, one, other), std::invalid_argument);
+  EXPECT_NO_THROW(spd_budget_check(point, one, other));
+  EXPECT_THROW(spd_budget_check(bound, tp, with_window_losses({2.0, 2.1})), std::logic_error);
 }
 
 // tp_evaluate's per-window losses and accuracies average to its overall ones.
@@ -450,7 +462,9 @@ TEST(SpdPlanCommand, RefusesBadInput) {
   expect_message({"--allreduce-us", "5", "--comm-profile", "c.json"}, "not both");
   expect_message({"--window", "17"}, "context");
   expect_message({"--calibrate-on", "validation"}, "held-out");
-  expect_message({"--confidence", "1"}, "[0, 1)");
+  expect_message({"--confidence", "1"}, "[0.5, 1)");
+  expect_message({"--confidence", "0.3"}, "[0.5, 1)");
+  expect_message({"--confidence", "nan"}, "--confidence");
   expect_message({"--checkpoint", t.dir.file("no-such-ckpt")}, "no-such-ckpt");
   expect_message({"--unknown"}, "--unknown");
   EXPECT_FALSE(std::filesystem::exists(t.dir.file("bad.json")));

@@ -10,7 +10,9 @@
 // still summed from 0 over its index in the oracle's order, and the rows' sums (of
 // exponentials, of att * datt) run eight rows side by side, each in its own order; no sum is
 // reassociated (-ffp-contract=off fuses nothing); where a block's rows see different tokens,
-// the others add exact zeros. So for finite inputs the backward is bit for bit the oracle's;
+// the others add exact zeros, which needs att as attention_forward leaves it (exact zeros where
+// a row does not see a token) and finite q, k, v and dout (0 * inf would be NaN where the oracle
+// never multiplies). So for finite inputs the backward is bit for bit the oracle's;
 // the forward differs only by its exponentials: libmvec's vector exp (the oracle: std::exp;
 // they differ by at most a few ulp).
 #include "worker/ops/cpu/cpu_kernels.h"
@@ -123,15 +125,17 @@ void combine_block(const float* w, int64_t w_r, int64_t w_j, int64_t n, const fl
     }
 }
 
-// d (T, T) = the rows' dot products a[t] . bt[:, t2] for t2 < visible(t) (and, in a causal
-// block, up to the next multiple of 8 columns within the row: the caller overwrites what a row
-// does not see): a (T, hs) rows a_stride apart.
+// d (T, T) = the rows' dot products a[t] . bt[:, t2] for t2 < visible(t) and, when causal, on
+// to the next multiple of 8 columns past the block's last visible one (within the row): the
+// forward's exponentials run over whole vectors there, and the caller zeroes what a row does not
+// see. a (T, hs) rows a_stride apart.
 void dots_all_rows(const float* a, int64_t a_stride, const float* bt, int64_t T, int64_t hs, bool causal, float* d) {
   int64_t t0 = 0;
   for (; t0 + BLOCK_ROWS <= T; t0 += BLOCK_ROWS)
     dots_block<BLOCK_ROWS>(a + t0 * a_stride, a_stride, bt, T, hs,
                            causal ? std::min(T, (t0 + BLOCK_ROWS + 7) / 8 * 8) : T, d + t0 * T, T);
-  for (; t0 < T; ++t0) dots_block<1>(a + t0 * a_stride, a_stride, bt, T, hs, causal ? t0 + 1 : T, d + t0 * T, T);
+  for (; t0 < T; ++t0)
+    dots_block<1>(a + t0 * a_stride, a_stride, bt, T, hs, causal ? std::min(T, (t0 + 1 + 7) / 8 * 8) : T, d + t0 * T, T);
 }
 
 // out[t] = sum over t2 < visible(t) of w[t, t2] * rows[t2], in t2 order: w (T, T), zero past
@@ -233,8 +237,9 @@ void CpuOps::attention_forward(const Tensor& qkv, const AttentionShape& s, bool 
 #pragma omp simd reduction(max : maxv)
         for (int64_t t2 = 0; t2 < visible; ++t2) maxv = row[t2] > maxv ? row[t2] : maxv;
         for (int64_t t2 = 0; t2 < visible; ++t2) row[t2] -= maxv;
-        // libmvec's vector exp (the oracle: std::exp), over whole vectors where the row has room
-        // (the entries past the visible part are zeroed next).
+        // libmvec's vector exp (the oracle: std::exp) over whole vectors where the row has room,
+        // the scalar std::exp for a last few past a multiple of 8 (entries past the visible part
+        // hold finite scores from dots_all_rows and are zeroed next).
         exp_buffer(row, row, std::min(T, (visible + 7) / 8 * 8));
         for (int64_t t2 = visible; t2 < T; ++t2) row[t2] = 0.0f;
       }
