@@ -166,16 +166,20 @@ void print_report(const SpdPlan& plan, const SpdSensitivity& s, const SpdSelecti
 // 2 * cal.windows of them evenly spaced (all with --windows 0), dealt alternately to the budget
 // windows (`tokens`) and to the recovery inputs (distillation and head grouping fit those; the
 // budget is measured on the others, on text the recovered blocks were not trained on); both keep
-// each window's target, stride window + 1.
-void deal_calibration_windows(const std::vector<int32_t>& text, SpdCalibration& cal) {
+// each window's target, stride window + 1. Refused before any evaluation when the budget gets
+// fewer than `min_budget_windows` (2 for a confidence bound) or recovery none.
+void deal_calibration_windows(const std::vector<int32_t>& text, size_t min_budget_windows, SpdCalibration& cal) {
   const int64_t T = cal.window;
   const size_t stride = size_t(T) + 1;
   const std::vector<int32_t> picked = char_windows_spread(text, T, 2 * cal.windows);
-  const size_t n = picked.size() / stride;
-  if (n < 2)
-    throw std::invalid_argument("spd-plan: the calibration text holds " + std::to_string(n) + " window(s) of " +
-                                std::to_string(stride) + " characters, fewer than two (one for the budget, one for " +
-                                "recovery); give more text or a shorter --window");
+  const size_t n = picked.size() / stride, budget_windows = (n + 1) / 2;
+  if (n < 2 || budget_windows < min_budget_windows)
+    throw std::invalid_argument("spd-plan: the calibration text gives " + std::to_string(n) + " window(s) of " +
+                                std::to_string(stride) + " characters, " + std::to_string(budget_windows) +
+                                " for the budget (it needs " + std::to_string(min_budget_windows) +
+                                (min_budget_windows > 1 ? " for --confidence's bound" : "") +
+                                ") and the rest for recovery (it needs 1); pass more --windows, more text or a "
+                                "shorter --window" + (min_budget_windows > 1 ? " (or --confidence 0)" : ""));
   cal.tokens.clear();
   cal.recovery_tokens.clear();
   char_windows_deal(picked, T, cal.tokens, cal.recovery_tokens);
@@ -206,12 +210,7 @@ SpdPlan spd_plan_run(const SpdPlanConfig& c) {
   const CharCorpus corpus = char_corpus_load(c.data, cal.window, 0.1);
   deal_calibration_windows(c.calibrate_on == "training" ? corpus.train
                                                          : char_heldout_windows(corpus.validation, cal.window).calibration,
-                           cal);
-  const int64_t budget_windows = int64_t(cal.tokens.size()) / (cal.stride > 0 ? cal.stride : cal.window);
-  if (budget.confidence > 0 && budget_windows < 2)  // before any evaluation
-    throw std::invalid_argument("--confidence " + std::to_string(budget.confidence) + " needs at least 2 budget "
-                                "windows, the calibration text gives " + std::to_string(budget_windows) +
-                                "; pass more --windows or more text (or --confidence 0)");
+                           budget.confidence > 0 ? 2 : 1, cal);
 
   SpdSensitivity s = spd_measure_sensitivity(weights, layout, cal);
   SpdThresholds t = spd_default_thresholds(budget, s.tp.perplexity, L);

@@ -465,6 +465,7 @@ TEST(SpdPlanCommand, RefusesBadInput) {
   expect_message({"--confidence", "1"}, "[0.5, 1)");
   expect_message({"--confidence", "0.3"}, "[0.5, 1)");
   expect_message({"--confidence", "nan"}, "--confidence");
+  expect_message({"--windows", "1"}, "--confidence's bound");  // 2 windows: 1 for the budget, 1 for recovery
   expect_message({"--checkpoint", t.dir.file("no-such-ckpt")}, "no-such-ckpt");
   expect_message({"--unknown"}, "--unknown");
   EXPECT_FALSE(std::filesystem::exists(t.dir.file("bad.json")));

@@ -247,9 +247,8 @@ void CpuOps::attention_forward(const Tensor& qkv, const AttentionShape& s, bool 
       float* out_bh = op + b * T * C + h * hs;  // (T, hs), rows C apart
       for (int64_t t = 0; t < T; ++t) {
         float* row = att_bh + t * T;
-        const int64_t visible = causal ? t + 1 : T;
         const float inv = 1.0f / sums[t];
-        for (int64_t t2 = 0; t2 < T; ++t2) row[t2] = t2 < visible ? row[t2] * inv : 0.0f;
+        for (int64_t t2 = 0, visible = causal ? t + 1 : T; t2 < visible; ++t2) row[t2] *= inv;  // the rest is 0
       }
       combine_visible(att_bh, T, causal, qkv_b + 2 * C + h * hs, 3 * C, hs, out_bh, C);  // att v
     }
@@ -268,7 +267,7 @@ void CpuOps::attention_backward(const Tensor& qkv, const Tensor& att, const Tens
   const float* qp = qkv.f32();
   const float* ap = att.f32();
   const float* dop = dout.f32();
-  float* dp_all = dqkv.f32();
+  float* dqkv_p = dqkv.f32();
 #pragma omp parallel for collapse(2) schedule(static)
   for (int64_t b = 0; b < B; ++b)
     for (int64_t h = 0; h < H; ++h) {
@@ -278,7 +277,7 @@ void CpuOps::attention_backward(const Tensor& qkv, const Tensor& att, const Tens
       float* dpre = buffer.data() + hs * T + T;  // (T, T): datt, then the softmax gradient
       const float* qkv_b = qp + b * T * 3 * C;   // (T, 3C)
       const float* dout_bh = dop + b * T * C + h * hs;  // (T, hs), rows C apart
-      float* dqkv_b = dp_all + b * T * 3 * C;    // (T, 3C)
+      float* dqkv_b = dqkv_p + b * T * 3 * C;    // (T, 3C)
       transpose_head(qkv_b, T, C, 2, h, hs, vt);
       const float* att_bh = ap + (b * H + h) * T * T;
       dots_all_rows(dout_bh, C, vt, T, hs, causal, dpre);  // datt = dout v^T
