@@ -114,9 +114,17 @@ std::vector<char> SocketReader::bytes(uint32_t limit) {
     result_ = IoResult::kFailed;
     return {};
   }
-  std::vector<char> out(size);
-  read(out.data(), size);
-  return ok() ? out : std::vector<char>{};
+  // Grows with what arrives, a chunk at a time: a peer that claims a large length and sends less
+  // costs what it sent, not the claim (the whole claim zeroed up front was 256 MiB a connection).
+  constexpr size_t kChunk = size_t{1} << 20;
+  std::vector<char> out;
+  while (ok() && out.size() < size) {
+    const size_t have = out.size(), take = std::min<size_t>(kChunk, size - have);
+    out.resize(have + take);
+    read(out.data() + have, take);
+  }
+  if (!ok()) return {};
+  return out;
 }
 
 std::string SocketReader::str(uint32_t limit) {

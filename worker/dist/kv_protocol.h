@@ -61,7 +61,8 @@ class SocketReader {
   uint8_t u8();
   uint32_t u32();
   int64_t i64();
-  // A u32 length and that many bytes; lengths above `limit` fail.
+  // A u32 length and that many bytes; lengths above `limit` fail. Memory grows with the bytes
+  // that arrive (1 MiB at a time), not with the length claimed.
   std::vector<char> bytes(uint32_t limit);
   std::string str(uint32_t limit);
   bool ok() const { return result_ == IoResult::kOk; }

@@ -1,14 +1,21 @@
 // File: tests/worker/dist/kv_store_test.cpp
 // The rendezvous key-value store on 127.0.0.1: set/get/wait/add across clients on several threads,
 // blocking gets, timeouts that name the keys, stop() answering pending waits, port-in-use and
-// unreachable-server errors, and immediate reuse of the port after a stop.
+// unreachable-server errors, immediate reuse of the port after a stop, values across the
+// server's read chunks, and peers that claim more than they send.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <limits>
 #include <thread>
 
 #include "tests/worker/dist/dist_test_support.h"
+#include "worker/dist/kv_protocol.h"
 #include "worker/dist/kv_store.h"
 
 namespace qsync {
@@ -289,6 +296,52 @@ TEST(KeyValueStore, OversizedKeyIsRefusedBeforeSending) {
   EXPECT_THROW(c.set(std::string(70000, 'k'), bytes("v")), std::invalid_argument);
   c.set("k", bytes("v"));  // the connection is untouched
   EXPECT_EQ(c.get("k"), bytes("v"));
+}
+
+TEST(KeyValueStore, ValueAcrossReadChunksRoundTrips) {
+  KeyValueServer server("127.0.0.1", 0);
+  KeyValueClient a = client_of(server), b = client_of(server);
+  std::vector<char> value((3u << 20) + 5);  // three of the server's 1 MiB chunks and a tail
+  for (size_t i = 0; i < value.size(); ++i) value[i] = static_cast<char>((i * 131) ^ (i >> 12));
+  a.set("large", value);
+  EXPECT_EQ(b.get("large"), value);
+}
+
+// Peak resident memory of this process, in MiB.
+double peak_rss_mib() {
+  rusage usage{};
+  ::getrusage(RUSAGE_SELF, &usage);
+  return static_cast<double>(usage.ru_maxrss) / 1024.0;
+}
+
+TEST(KeyValueStore, ClaimedLengthCostsOnlyWhatArrives) {
+  // Four peers each claim a 256 MiB value, send 10 bytes of it and close. Allocating the claim up
+  // front made the server zero 1 GiB; growing with what arrives costs a few MiB.
+  KeyValueServer server("127.0.0.1", 0);
+  const double before = peak_rss_mib();
+  for (int peer = 0; peer < 4; ++peer) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<uint16_t>(server.port()));
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+    kv::Writer request;
+    request.u8(kv::kSet).str("claimed").u32(kv::kMaxValueBytes);
+    for (int i = 0; i < 10; ++i) request.u8('v');
+    ASSERT_EQ(kv::send_all(fd, kv::kMagic, sizeof kv::kMagic), kv::IoResult::kOk);
+    ASSERT_EQ(kv::send_all(fd, request.data().data(), request.data().size()), kv::IoResult::kOk);
+    ::shutdown(fd, SHUT_WR);
+    char magic[sizeof kv::kMagic];
+    EXPECT_EQ(kv::recv_all(fd, magic, sizeof magic, std::nullopt), kv::IoResult::kOk);
+    EXPECT_EQ(kv::recv_all(fd, magic, 1, std::nullopt), kv::IoResult::kClosed)
+        << "the server answered a value that never arrived";
+    ::close(fd);
+  }
+  ASSERT_TRUE(server.wait_for_connections_at_most(0, kTimeout));
+  EXPECT_LT(peak_rss_mib() - before, 128.0);
+  KeyValueClient c = client_of(server);
+  EXPECT_FALSE(c.check("claimed")) << "a value cut short was stored";
 }
 
 TEST(KeyValueStore, FormatDuration) {
