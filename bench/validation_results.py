@@ -2,7 +2,8 @@
 """Regenerates docs/results.md, QSync's validation tables, by running the three benchmarks behind
 them on this machine (not a test; hours in full, minutes with --quick):
 
-    bench/validation_results.py [--quick] [--only prediction,tta,spd] [--out docs/results.md]
+    bench/validation_results.py [--quick] [--only prediction,tta,spd] [--tta-models cnn,vit,char-gpt]
+                                [--out docs/results.md]
 
   1. prediction error of the replayer on held-out plans and batches (prediction_error_bench.py);
   2. time to accuracy and final quality on the local hybrid pool (time_to_accuracy_bench.py);
@@ -24,9 +25,10 @@ import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BENCH = os.path.join(ROOT, "bench")
+TTA_MODELS = "cnn,vit,char-gpt"
 FULL = {
     "prediction": ["prediction_error_bench.py", "--rounds", "3"],
-    "tta": ["time_to_accuracy_bench.py", "--models", "cnn,vit,char-gpt", "--seeds", "1,2,3"],
+    "tta": ["time_to_accuracy_bench.py", "--models", TTA_MODELS, "--seeds", "1,2,3"],
     "spd": ["spd_bench.py", "--tp", "2,4", "--rounds", "3"],
 }
 QUICK = {
@@ -62,6 +64,13 @@ def load():
     return " ".join(f"{x:.1f}" for x in os.getloadavg())
 
 
+def models_left_out(args):
+    """The time-to-accuracy models a --tta-models run leaves out of the full set (for the title)."""
+    full = TTA_MODELS.split(",")
+    ran = args[args.index("--models") + 1].split(",") if "--models" in args else full
+    return [m for m in full if m not in ran]
+
+
 def run_section(key, args, quick):
     cmd = [sys.executable, os.path.join(BENCH, args[0]), *args[1:]]
     if key == "spd" and os.geteuid() == 0 and subprocess.run(["ip", "netns", "list"], capture_output=True).returncode == 0:
@@ -73,7 +82,10 @@ def run_section(key, args, quick):
     minutes = (datetime.datetime.now(datetime.timezone.utc) - started).total_seconds() / 60
     body = proc.stdout if proc.returncode == 0 else f"FAILED (exit {proc.returncode}):\n{proc.stdout}\n{proc.stderr}"
     shown = " ".join(os.path.relpath(c, ROOT) if c.startswith(ROOT) else c for c in cmd[1:])
-    head = [f"## {TITLES[key]}{' (quick smoke run: not the validation)' if quick else ''}", "",
+    label = " (quick smoke run: not the validation)" if quick else ""
+    if key == "tta" and not quick and models_left_out(args):
+        label = f" ({', '.join(models_left_out(args))} not run)"
+    head = [f"## {TITLES[key]}{label}", "",
             f"- date: {started:%Y-%m-%d %H:%M} UTC, {minutes:.0f} min", f"- machine: {machine()}",
             f"- load average (1/5/15 min) before: {before}, after: {load()}", f"- command: `python3 {shown}`", ""]
     lines = [l for l in body.splitlines() if not l.startswith(("round ", "profiled ", "training ", "wrote "))]
@@ -99,6 +111,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="smoke configuration of every benchmark")
     ap.add_argument("--only", default="prediction,tta,spd")
+    ap.add_argument("--tta-models", default="", help="time to accuracy on these models only (the "
+                    "section's title names the ones left out); default: cnn,vit,char-gpt")
     ap.add_argument("--out", default=os.path.join(ROOT, "docs", "results.md"))
     args = ap.parse_args()
     keys = args.only.split(",")
@@ -108,6 +122,11 @@ def main():
     for b in ("qsync", "qsync-worker", "qsync-plan", "qsync-bench-allreduce"):
         if not os.access(os.path.join(ROOT, "build", "bin", b), os.X_OK):
             sys.exit(f"build/bin/{b} is missing: build first (see --help)")
+    if args.tta_models:
+        unknown = [m for m in args.tta_models.split(",") if m not in TTA_MODELS.split(",")]
+        if unknown:
+            sys.exit(f"--tta-models: unknown model(s) {unknown}; choose from {TTA_MODELS}")
+        FULL["tta"][2] = QUICK["tta"][2] = args.tta_models
     sections, failed = previous_sections(args.out), 0
     for k in keys:
         text, rc = run_section(k, (QUICK if args.quick else FULL)[k], args.quick)

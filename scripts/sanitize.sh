@@ -21,7 +21,7 @@ fi
 # Readers, formats, the rendezvous store, checkpoints, and the operator's parsing and clients.
 asan_tests=${QSYNC_SANITIZE_ASAN_TESTS:-"model_desc_test plan_file_test job_spec_test layer_precision_test
   device_profile_test indicator_test spd_plan_test replayer_test allocator_test precision_test float_convert_test
-  quantize_test kv_store_test rendezvous_test collectives_test checkpoint_test optimizer_test
+  onnx_graph_test quantize_test kv_store_test rendezvous_test collectives_test checkpoint_test optimizer_test
   hybrid_training_job_test http_server_test kube_config_test kube_error_test kube_watch_test kube_client_server_test
   work_queue_test informer_test informer_server_test controller_test json_patch_test label_selector_test
   lending_window_test operator_flags_test rendezvous_network_faults_test kueue_workload_test"}

@@ -136,7 +136,7 @@ void append_floats(const WireReader& r, const WireField& f, const char* name, st
   const size_t n = f.bytes.size() / 4;
   const size_t at = out.size();
   out.resize(at + n);
-  std::memcpy(out.data() + at, f.bytes.data(), n * 4);
+  if (n > 0) std::memcpy(out.data() + at, f.bytes.data(), n * 4);  // an empty packed field: no copy from null
 }
 
 void append_doubles(const WireReader& r, const WireField& f, const char* name, std::vector<double>& out) {
@@ -153,7 +153,7 @@ void append_doubles(const WireReader& r, const WireField& f, const char* name, s
   const size_t n = f.bytes.size() / 8;
   const size_t at = out.size();
   out.resize(at + n);
-  std::memcpy(out.data() + at, f.bytes.data(), n * 8);
+  if (n > 0) std::memcpy(out.data() + at, f.bytes.data(), n * 8);
 }
 
 }  // namespace qsync::onnx

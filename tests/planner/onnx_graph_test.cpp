@@ -1,7 +1,8 @@
 // File: tests/planner/onnx_graph_test.cpp
 // The ONNX reader (planner/onnx/onnx_graph.h): a model written by tests/support/onnx_writer.h
 // decodes back field for field; every truncation and a corrupted byte anywhere give an
-// OnnxFormatError naming a byte offset (never a crash or another exception type).
+// OnnxFormatError naming a byte offset (never a crash or another exception type); empty packed
+// lists decode empty.
 #include "planner/onnx/onnx_graph.h"
 
 #include <gtest/gtest.h>
@@ -49,6 +50,25 @@ TEST(OnnxGraph, DecodesNodesInitializersAndValueInfos) {
   ASSERT_EQ(m.graph.inputs.size(), 1u);
   EXPECT_EQ(m.graph.inputs[0].dims, (std::vector<int64_t>{-1, 4}));
   EXPECT_EQ(m.graph.inputs[0].elem_type, 1);
+}
+
+TEST(OnnxGraph, EmptyPackedListsDecodeEmpty) {
+  // A packed list of length 0 (an empty `floats` or `ints`) copied nothing from a null pointer
+  // (UBSan, through the onnx_model fuzz target): it decodes as an empty list.
+  w::GraphSpec g;
+  g.inputs = {w::value_info("input", 1, {-1, 4})};
+  g.outputs = {w::value_info("y", 1, {-1, 4})};
+  g.nodes = {w::node("Resize", "/r", {"input"}, {"y"},
+                     {w::attr_floats("scales", {}), w::attr_ints("axes", {}), w::attr_floats("two", {1.5f, -2.0f})})};
+  const Model m = parse_model(w::model(g));
+  ASSERT_EQ(m.graph.nodes.size(), 1u);
+  const Node& n = m.graph.nodes[0];
+  ASSERT_NE(n.attribute("scales"), nullptr);
+  EXPECT_TRUE(n.attribute("scales")->floats.empty());
+  ASSERT_NE(n.attribute("axes"), nullptr);
+  EXPECT_TRUE(n.attribute("axes")->ints.empty());
+  ASSERT_NE(n.attribute("two"), nullptr);
+  EXPECT_EQ(n.attribute("two")->floats, (std::vector<float>{1.5f, -2.0f}));
 }
 
 TEST(OnnxGraph, EveryTruncationIsAFormatErrorWithAnOffset) {

@@ -92,6 +92,15 @@ inline Attr attr_ints(const std::string& name, const std::vector<int64_t>& v) {
   bytes_field(a.encoded, 8, packed);
   return a;
 }
+inline Attr attr_floats(const std::string& name, const std::vector<float>& v) {
+  Attr a;
+  bytes_field(a.encoded, 1, name);
+  int_field(a.encoded, 20, 6);
+  std::string packed(v.size() * 4, '\0');
+  if (!v.empty()) std::memcpy(packed.data(), v.data(), packed.size());
+  bytes_field(a.encoded, 7, packed);
+  return a;
+}
 inline Attr attr_string(const std::string& name, const std::string& v) {
   Attr a;
   bytes_field(a.encoded, 1, name);
