@@ -34,6 +34,11 @@ struct WorkerLaunch {
   int64_t log_every = 0;             // --log-every (0: the worker's default)
 };
 
+// qsync-worker's exit codes: 0 done, 1 an error of its own (bad input, a full disk, ...), this one
+// when a collective failed (a peer died or the group never formed): a consequence, so whoever
+// reports "which rank failed first" (runner/local_runner.cpp) prefers a rank that exited otherwise.
+inline constexpr int WORKER_EXIT_COLLECTIVE_FAILED = 3;
+
 // The shortest decimal text that reads back as exactly `v` ("0.002", "1e-07").
 std::string number_text(double v);
 

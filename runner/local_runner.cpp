@@ -55,6 +55,7 @@ struct Worker {
   int out_fd = -1;
   std::string buffer, log_path, summary_path;
   bool exited = false;
+  bool killed_by_runner = false;  // SIGKILLed past the collective timeout
   int exit_code = -1;
 };
 
@@ -106,6 +107,12 @@ pid_t spawn(const std::vector<std::string>& args, const std::vector<std::pair<st
 }  // namespace
 
 std::string default_work_dir(const std::string& job_path) { return "qsync-runs/" + job_file_load(job_path).name; }
+
+int rank_that_failed_first(const std::vector<ReapedFailure>& failed) {
+  for (const ReapedFailure& f : failed)
+    if (f.exit_code != WORKER_EXIT_COLLECTIVE_FAILED && !f.killed_by_runner) return f.rank;
+  return failed.empty() ? -1 : failed.front().rank;
+}
 
 RunResult run_job_locally(const RunOptions& in) {
   RunOptions o = in;
@@ -211,7 +218,7 @@ RunResult run_job_locally(const RunOptions& in) {
   sigaction(SIGINT, &sa, &old_int);
   sigaction(SIGTERM, &sa, &old_term);
   bool forwarded = false;
-  int first_failure = -1;
+  std::vector<int> failed;  // in the order they were reaped
   auto failure_time = std::chrono::steady_clock::time_point{};
   for (;;) {
     std::vector<pollfd> fds;
@@ -248,9 +255,9 @@ RunResult run_job_locally(const RunOptions& in) {
         if (waitpid(w.pid, &status, WNOHANG) == w.pid) {
           w.exited = true;
           w.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-          if (w.exit_code != 0 && first_failure < 0) {
-            first_failure = w.rank;
-            failure_time = std::chrono::steady_clock::now();
+          if (w.exit_code != 0) {
+            if (failed.empty()) failure_time = std::chrono::steady_clock::now();
+            failed.push_back(w.rank);
           }
         }
       }
@@ -258,11 +265,17 @@ RunResult run_job_locally(const RunOptions& in) {
     }
     if (all_exited) break;
     // After a failure the peers stop within the collective timeout; past it (plus grace), stop them.
-    if (first_failure >= 0 && std::chrono::steady_clock::now() - failure_time >
-                                  std::chrono::duration<double>(o.collective_timeout_seconds + 10))
-      for (const Worker& w : workers)
-        if (!w.exited) kill(w.pid, SIGKILL);
+    if (!failed.empty() && std::chrono::steady_clock::now() - failure_time >
+                               std::chrono::duration<double>(o.collective_timeout_seconds + 10))
+      for (Worker& w : workers)
+        if (!w.exited) {
+          kill(w.pid, SIGKILL);
+          w.killed_by_runner = true;
+        }
   }
+  std::vector<ReapedFailure> reaped;
+  for (int r : failed) reaped.push_back({r, workers[size_t(r)].exit_code, workers[size_t(r)].killed_by_runner});
+  const int first_failure = rank_that_failed_first(reaped);
   sigaction(SIGINT, &old_int, nullptr);
   sigaction(SIGTERM, &old_term, nullptr);
   progress.finish();

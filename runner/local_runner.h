@@ -56,6 +56,19 @@ struct RunResult {
   nlohmann::json summary;   // what --summary-json writes
 };
 
+// A worker that exited non-zero, in the order the runner reaped them.
+struct ReapedFailure {
+  int rank = 0;
+  int exit_code = 0;
+  bool killed_by_runner = false;  // SIGKILLed past the collective timeout: not a cause
+};
+// The rank whose failure started it (-1 when none failed). A peer's death makes the others fail
+// their collectives soon after, and a rank that fails in its own way (a full disk) can take
+// longer to exit than the peer that lost it, so reap order alone can name the wrong rank: the
+// first that failed otherwise than by a collective (WORKER_EXIT_COLLECTIVE_FAILED) and was not
+// killed by the runner is the cause; failing that, the first reaped.
+int rank_that_failed_first(const std::vector<ReapedFailure>& failed);
+
 RunResult run_job_locally(const RunOptions& options);
 // qsync-runs/<the job's metadata.name>: where a run works when --work-dir is not given.
 std::string default_work_dir(const std::string& job_path);

@@ -24,7 +24,9 @@
 #include <stdexcept>
 #include <string>
 
+#include "planner/worker_command.h"
 #include "worker/calibration.h"
+#include "worker/dist/collectives.h"
 #include "worker/profiler.h"
 #include "planner/cli_args.h"
 #include "worker/device_report.h"
@@ -171,6 +173,9 @@ int worker_main(int argc, char** argv) {
 int main(int argc, char** argv) {
   try {
     return qsync::worker_main(argc, argv);
+  } catch (const qsync::CollectiveError& e) {
+    std::fprintf(stderr, "qsync-worker: error: %s\n", e.what());
+    return qsync::WORKER_EXIT_COLLECTIVE_FAILED;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "qsync-worker: error: %s\n", e.what());
     return 1;
