@@ -177,10 +177,16 @@ std::vector<std::string> job_file_local_problems(const JobFile& file) {
                        std::to_string(s.pool.local.size()) + " ranks of spec.pool.local: every rank needs a sample; "
                        "raise globalBatch to at least " + std::to_string(s.pool.local.size()));
   int64_t explicit_sum = 0, explicit_count = 0;
+  bool beyond_int64 = false;  // localBatch values near 2^63 must not overflow the sum
   for (const LocalWorker& w : s.pool.local)
-    if (w.local_batch > 0) explicit_sum += w.local_batch, ++explicit_count;
-  if (explicit_count == int64_t(s.pool.local.size()) && explicit_count > 0 && explicit_sum != s.global_batch)
-    problems.push_back("the localBatch values of spec.pool.local add up to " + std::to_string(explicit_sum) +
+    if (w.local_batch > 0) {
+      beyond_int64 = __builtin_add_overflow(explicit_sum, w.local_batch, &explicit_sum) || beyond_int64;
+      ++explicit_count;
+    }
+  if (explicit_count == int64_t(s.pool.local.size()) && explicit_count > 0 &&
+      (beyond_int64 || explicit_sum != s.global_batch))
+    problems.push_back("the localBatch values of spec.pool.local add up to " +
+                       (beyond_int64 ? std::string("more than 2^63") : std::to_string(explicit_sum)) +
                        ", not spec.globalBatch " + std::to_string(s.global_batch) + ": make them add up, or leave "
                        "localBatch out to split the global batch evenly");
   return problems;

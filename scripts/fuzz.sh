@@ -32,7 +32,7 @@ status=0
 # libFuzzer's final stats and crash lines.
 python3 - "$log" <<'PY'
 import re, sys
-name, execs, added, crashes = {}, {}, {}, {}
+name, execs, added, crashes, found = {}, {}, {}, {}, {}
 bad = re.compile(r"ERROR: AddressSanitizer|ERROR: libFuzzer|runtime error:|unclear error escaped|error without a cause|deadly signal")
 for line in open(sys.argv[1], errors="replace"):
     m = re.match(r"^(\d+): (.*)", line)
@@ -45,11 +45,19 @@ for line in open(sys.argv[1], errors="replace"):
         execs[n] = t.group(1)
     elif t := re.match(r"stat::new_units_added:\s+(\d+)", text):
         added[n] = t.group(1)
-    elif bad.search(text):
-        crashes[n] = crashes.get(n, 0) + 1
+    elif bad.search(text) or text.startswith("Base64: "):
+        # The crash lines and the input (base64) go to stdout too: CI keeps its output, not the
+        # clone's build-fuzz/, so a finding there can be replayed from the log alone.
+        found.setdefault(n, []).append(text.rstrip()[:400])
+        if not text.startswith("Base64: "):
+            crashes[n] = crashes.get(n, 0) + 1
 print(f"{'target':22} {'executions':>12} {'new units':>10} {'crash lines':>12}")
 for n in sorted(name, key=lambda k: name[k]):
     print(f"{name[n]:22} {execs.get(n, '-'):>12} {added.get(n, '-'):>10} {crashes.get(n, 0):>12}")
+for n in sorted(found, key=lambda k: name.get(k, k)):
+    print(f"\n{name.get(n, n)}: what it printed (replay: echo BASE64 | base64 -d > crash; qsync-fuzz-{name.get(n, n)} crash)")
+    for line in found[n]:
+        print("  " + line)
 PY
 if [ "$status" -ne 0 ]; then
   grep -E "Failed|\*\*\*" "$log" | grep -v "^ *[0-9]*: " || true

@@ -123,6 +123,11 @@ TEST(JobFile, LocalRulesNameTheFieldAndTheFix) {
                                                 "      - {deviceClass: cpu-avx2, localBatch: 40}\n"));
   ASSERT_EQ(one.size(), 1u);
   EXPECT_NE(one[0].find("add up to 80, not spec.globalBatch 64"), std::string::npos) << one[0];
+  // Near 2^63 the sum must not overflow (signed overflow; UBSan through the job_file fuzz target).
+  one = problems(job_text("  globalBatch: 64\n", "    local:\n      - {deviceClass: cpu-avx2, localBatch: 9000000000000000000}\n"
+                                                "      - {deviceClass: cpu-avx2, localBatch: 9000000000000000000}\n"));
+  ASSERT_EQ(one.size(), 1u);
+  EXPECT_NE(one[0].find("add up to more than 2^63, not spec.globalBatch 64"), std::string::npos) << one[0];
   one = problems(job_text("", "    training: [{name: t}]\n"));
   ASSERT_EQ(one.size(), 1u);
   EXPECT_NE(one[0].find("spec.pool.local lists no workers"), std::string::npos) << one[0];
