@@ -5,7 +5,9 @@
 # build-fuzz/fuzz/artifacts/; the corpora grow in build-fuzz/fuzz/corpus/ and are kept between runs.
 # Usage: scripts/fuzz.sh [SECONDS (default 60)] [TARGET_REGEX (default all)]
 #   QSYNC_FUZZ_BUILD_DIR (default build-fuzz), QSYNC_BUILD_JOBS (default nproc), QSYNC_FUZZ_JOBS
-#   (targets run at once, default 2).
+#   (targets run at once, default 2), QSYNC_FUZZ_SEED (libFuzzer's -seed; default 0: a new draw
+#   each run, to search; scripts/test.sh fixes it, so CI repeats the same inputs and turns red
+#   on a change, not on a lucky draw).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds=${1:-60}
@@ -22,7 +24,7 @@ fi
 cmake -S . -B "$dir" -G Ninja -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
   -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS_RELEASE="-O1 -gline-tables-only" \
   -DQSYNC_ENABLE_CUDA=OFF -DQSYNC_BUILD_FUZZERS=ON -DQSYNC_BUILD_BENCH=OFF -DQSYNC_WERROR=OFF \
-  -DQSYNC_FUZZ_SECONDS="$seconds" "${launcher[@]}" >/dev/null
+  -DQSYNC_FUZZ_SECONDS="$seconds" -DQSYNC_FUZZ_SEED="${QSYNC_FUZZ_SEED:-0}" "${launcher[@]}" >/dev/null
 nice -n 10 cmake --build "$dir" -j "${QSYNC_BUILD_JOBS:-$(nproc)}" --target qsync_fuzzers
 log="$dir/fuzz/last-run.log"
 mkdir -p "$dir/fuzz"

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what is missing, builds, and runs every test with ctest (CUDA tests skip without a GPU);
 # then builds the fuzz targets (clang, ASan+UBSan, build-fuzz/) and runs each briefly on its seeds
-# (QSYNC_CI_FUZZ_SECONDS each, default 10; QSYNC_SKIP_FUZZ=1 skips this step).
+# (QSYNC_CI_FUZZ_SECONDS each, default 10, with libFuzzer's seed fixed at QSYNC_FUZZ_SEED, default
+# 1, so a rerun tries the same inputs; QSYNC_SKIP_FUZZ=1 skips this step).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/install-deps.sh
@@ -10,5 +11,5 @@ python3 -m pip install --quiet --disable-pip-version-check -r tests/charts/requi
 ./scripts/build.sh
 (cd build && ctest --output-on-failure -j "${QSYNC_TEST_JOBS:-2}" --timeout 600)
 if [ -z "${QSYNC_SKIP_FUZZ:-}" ] && command -v clang++ >/dev/null 2>&1; then
-  ./scripts/fuzz.sh "${QSYNC_CI_FUZZ_SECONDS:-10}"
+  QSYNC_FUZZ_SEED="${QSYNC_FUZZ_SEED:-1}" ./scripts/fuzz.sh "${QSYNC_CI_FUZZ_SECONDS:-10}"
 fi
