@@ -12,7 +12,9 @@ them on this machine (not a test; hours in full, minutes with --quick):
 Each section quotes the date, the machine (CPU model, the instruction sets QSync's classes use,
 cores, load average before and after) and the exact command, then the benchmark's own tables
 verbatim. --quick runs a smoke configuration of each (labelled as such in the page): fewer models,
-rounds, seeds and steps; its numbers are not the validation.
+rounds, seeds and steps; its numbers are not the validation. Time to accuracy runs model by
+model: --tta-models reruns only the models it names and keeps the page's runs of the others (each
+run with its own date, machine and command; the title names models that no run covers).
 Build first: ./scripts/build.sh --target qsync --target qsync-worker --target qsync-plan
              --target qsync-bench-allreduce
 """
@@ -64,11 +66,7 @@ def load():
     return " ".join(f"{x:.1f}" for x in os.getloadavg())
 
 
-def models_left_out(args):
-    """The time-to-accuracy models a --tta-models run leaves out of the full set (for the title)."""
-    full = TTA_MODELS.split(",")
-    ran = args[args.index("--models") + 1].split(",") if "--models" in args else full
-    return [m for m in full if m not in ran]
+RUN_MARK = "<!-- time-to-accuracy run: "  # opens one run's block inside the tta section
 
 
 def run_section(key, args, quick):
@@ -82,14 +80,38 @@ def run_section(key, args, quick):
     minutes = (datetime.datetime.now(datetime.timezone.utc) - started).total_seconds() / 60
     body = proc.stdout if proc.returncode == 0 else f"FAILED (exit {proc.returncode}):\n{proc.stdout}\n{proc.stderr}"
     shown = " ".join(os.path.relpath(c, ROOT) if c.startswith(ROOT) else c for c in cmd[1:])
-    label = " (quick smoke run: not the validation)" if quick else ""
-    if key == "tta" and not quick and models_left_out(args):
-        label = f" ({', '.join(models_left_out(args))} not run)"
-    head = [f"## {TITLES[key]}{label}", "",
-            f"- date: {started:%Y-%m-%d %H:%M} UTC, {minutes:.0f} min", f"- machine: {machine()}",
+    head = [f"- date: {started:%Y-%m-%d %H:%M} UTC, {minutes:.0f} min", f"- machine: {machine()}",
             f"- load average (1/5/15 min) before: {before}, after: {load()}", f"- command: `python3 {shown}`", ""]
     lines = [l for l in body.splitlines() if not l.startswith(("round ", "profiled ", "training ", "wrote "))]
     return "\n".join(head + lines) + "\n", proc.returncode
+
+
+def section_title(key, quick, models_run=None):
+    label = " (quick smoke run: not the validation)" if quick else ""
+    if key == "tta" and not quick:
+        left = [m for m in TTA_MODELS.split(",") if m not in models_run]
+        label = f" ({', '.join(left)} not run)" if left else ""
+    return f"## {TITLES[key]}{label}\n\n"
+
+
+def tta_runs(section):
+    """The runs of a tta section, as (models, text) in page order."""
+    runs = []
+    for line in section.splitlines(keepends=True):
+        if line.startswith(RUN_MARK):
+            runs.append([line[len(RUN_MARK):].split(" ")[0].split(","), line])
+        elif runs:
+            runs[-1][1] += line
+    return runs
+
+
+def tta_section(previous, models, text, quick):
+    """The tta section after a run of `models`: the previous page's runs of other models are kept
+    (a quick run replaces everything: smoke numbers never sit beside the validation's)."""
+    kept = [] if quick else [(m, t) for m, t in tta_runs(previous) if not set(m) & set(models)]
+    runs = kept + [(models, f"{RUN_MARK}{','.join(models)} -->\n{text}")]
+    covered = [m for ms, _ in runs for m in ms]
+    return section_title("tta", quick, covered) + "\n".join(t.rstrip("\n") + "\n" for _, t in runs)
 
 
 def previous_sections(path):
@@ -99,8 +121,8 @@ def previous_sections(path):
         with open(path) as f:
             for line in f:
                 if line.startswith("## "):
-                    key = next((k for k, t in TITLES.items() if line[3:].startswith(t)), None)
-                    if key:
+                    key = next((k for k, t in TITLES.items() if line[3:].startswith(t)), key)
+                    if line[3:].startswith(tuple(TITLES.values())):
                         sections[key] = ""
                 if key:
                     sections[key] += line
@@ -111,8 +133,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="smoke configuration of every benchmark")
     ap.add_argument("--only", default="prediction,tta,spd")
-    ap.add_argument("--tta-models", default="", help="time to accuracy on these models only (the "
-                    "section's title names the ones left out); default: cnn,vit,char-gpt")
+    ap.add_argument("--tta-models", default="", help="time to accuracy on these models only, keeping "
+                    "the page's runs of the others; default: cnn,vit,char-gpt")
     ap.add_argument("--out", default=os.path.join(ROOT, "docs", "results.md"))
     args = ap.parse_args()
     keys = args.only.split(",")
@@ -129,8 +151,13 @@ def main():
         FULL["tta"][2] = QUICK["tta"][2] = args.tta_models
     sections, failed = previous_sections(args.out), 0
     for k in keys:
-        text, rc = run_section(k, (QUICK if args.quick else FULL)[k], args.quick)
-        sections[k] = text
+        config = (QUICK if args.quick else FULL)[k]
+        text, rc = run_section(k, config, args.quick)
+        if k == "tta":
+            models = config[config.index("--models") + 1].split(",")
+            sections[k] = tta_section(sections.get(k, ""), models, text, args.quick)
+        else:
+            sections[k] = section_title(k, args.quick) + text
         failed += rc != 0
     page = ["# Validation results", "",
             "Regenerated by `python3 bench/validation_results.py` (see its --help); every number below was "

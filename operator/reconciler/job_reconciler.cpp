@@ -15,6 +15,7 @@
 #include "operator/reconciler/job_reconcile_pass.h"
 #include "operator/reconciler/node_placement.h"
 #include "operator/reconciler/worker_pod_settings.h"
+#include "planner/worker_command.h"
 
 namespace qsync::reconciler {
 
@@ -32,6 +33,13 @@ int exit_code_of(const json& pod) {
       return c["state"]["terminated"].value("exitCode", -1);
   }
   return -1;
+}
+// How a failed pod's exit reads in status: exit code 3 is a collective that failed, most often
+// because another rank was lost first (planner/worker_command.h).
+std::string failure_of(const json& pod) {
+  const int code = exit_code_of(pod);
+  return "rank " + label(pod, RANK_LABEL) + " failed (exit code " + std::to_string(code) +
+         (code == WORKER_EXIT_COLLECTIVE_FAILED ? ": a collective failed, usually because another rank was lost)" : ")");
 }
 ReconcileResult requeue_with_backoff() {
   ReconcileResult r;
@@ -380,7 +388,7 @@ ReconcileResult JobReconciler::run_pods(Pass& p, const JobPlan& plan, int64_t at
 
   // Derive the job's state from this attempt's pods (pods created in this pass are Pending).
   int64_t running = 0, succeeded = 0, failed = 0;
-  const json* first_failed = nullptr;
+  const json* first_failed = nullptr;  // the cause: the lowest rank that failed otherwise than by a collective
   for (const auto& [rank, pod] : current) {
     const std::string phase = pod_phase(*pod);
     if (terminating(*pod) && (phase == "Succeeded" || phase == "Failed")) continue;  // deleted: not the job's outcome
@@ -388,7 +396,9 @@ ReconcileResult JobReconciler::run_pods(Pass& p, const JobPlan& plan, int64_t at
     if (phase == "Succeeded") ++succeeded;
     if (phase == "Failed") {
       ++failed;
-      if (first_failed == nullptr) first_failed = pod;
+      const bool by_collective = exit_code_of(*pod) == WORKER_EXIT_COLLECTIVE_FAILED;
+      if (first_failed == nullptr || (exit_code_of(*first_failed) == WORKER_EXIT_COLLECTIVE_FAILED && !by_collective))
+        first_failed = pod;
     }
   }
   p.status.replicas = {world, world - succeeded - failed - (vanished_rank >= 0 ? 1 : 0), succeeded, failed};
@@ -401,7 +411,7 @@ ReconcileResult JobReconciler::run_pods(Pass& p, const JobPlan& plan, int64_t at
   if (first_failed != nullptr || vanished_rank >= 0) {
     const std::string what =
         first_failed != nullptr
-            ? "rank " + label(*first_failed, RANK_LABEL) + " failed (exit code " + std::to_string(exit_code_of(*first_failed)) + ")"
+            ? failure_of(*first_failed)
             : "rank " + std::to_string(vanished_rank) + "'s pod was deleted";
     const int64_t limit = p.job.spec.run_policy.backoff_limit;
     if (p.status.restarts >= limit) {

@@ -189,7 +189,8 @@ TEST_F(JobReconcilerTest, WorkerFailureRestartsTheWholeJobUntilBackoffLimit) {
   EXPECT_EQ(condition(s, api::CONDITION_RESTARTING).status, "True");
   EXPECT_EQ(condition(s, api::CONDITION_RUNNING).status, "False");
   EXPECT_TRUE(pods().empty());  // the whole job stops, not just the failed rank
-  EXPECT_NE(event_messages().find("Restarting: rank 1 failed (exit code 3); restart 1 of 1 from the last checkpoint"),
+  EXPECT_NE(event_messages().find("Restarting: rank 1 failed (exit code 3: a collective failed, usually because another rank was lost); "
+                                   "restart 1 of 1 from the last checkpoint"),
             std::string::npos)
       << event_messages();
   EXPECT_EQ(metrics_->restarts(), 1);
@@ -219,6 +220,23 @@ TEST_F(JobReconcilerTest, WorkerFailureRestartsTheWholeJobUntilBackoffLimit) {
   reconcile();
   EXPECT_EQ(writes_since(before), std::vector<std::string>{});
   EXPECT_EQ(pods().size(), 1u);
+}
+
+// Rank 1 ran out of memory (137); rank 0 then lost it in the all-reduce and exited 3 (a failed
+// collective). Both are Failed in the same pass: status names rank 1, the cause, not rank 0.
+TEST_F(JobReconcilerTest, FailureNamesTheCauseNotTheRankThatLostAPeer) {
+  create_job({{"runPolicy", {{"backoffLimit", 0}}}});
+  reconcile();
+  set_phase(0, "Running");
+  set_phase(1, "Running");
+  reconcile();
+  set_phase(0, "Failed", 3);
+  set_phase(1, "Failed", 137);
+  reconcile();
+  const api::HybridTrainingJobStatus s = status();
+  EXPECT_EQ(s.phase, "Failed");
+  const std::string message = condition(s, api::CONDITION_FAILED).message;
+  EXPECT_EQ(message.find("rank 1 failed (exit code 137)"), 0u) << message;
 }
 
 TEST_F(JobReconcilerTest, RestartWaitsForTheOldAttemptsPodsToBeGone) {
