@@ -86,7 +86,7 @@ def run_section(key, args, quick):
     return "\n".join(head + lines) + "\n", proc.returncode
 
 
-def section_title(key, quick, models_run=None):
+def section_title(key, quick, models_run=()):
     label = " (quick smoke run: not the validation)" if quick else ""
     if key == "tta" and not quick:
         left = [m for m in TTA_MODELS.split(",") if m not in models_run]
@@ -120,10 +120,9 @@ def previous_sections(path):
     if os.path.exists(path):
         with open(path) as f:
             for line in f:
-                if line.startswith("## "):
-                    key = next((k for k, t in TITLES.items() if line[3:].startswith(t)), key)
-                    if line[3:].startswith(tuple(TITLES.values())):
-                        sections[key] = ""
+                titled = next((k for k, t in TITLES.items() if line.startswith("## " + t)), None)
+                if titled:  # a benchmark's own "## model: ..." headings stay inside their section
+                    key, sections[titled] = titled, ""
                 if key:
                     sections[key] += line
     return sections

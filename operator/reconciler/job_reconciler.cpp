@@ -388,7 +388,7 @@ ReconcileResult JobReconciler::run_pods(Pass& p, const JobPlan& plan, int64_t at
 
   // Derive the job's state from this attempt's pods (pods created in this pass are Pending).
   int64_t running = 0, succeeded = 0, failed = 0;
-  const json* first_failed = nullptr;  // the cause: the lowest rank that failed otherwise than by a collective
+  const json* cause = nullptr;  // the lowest Failed rank, one that failed otherwise than by a collective first
   for (const auto& [rank, pod] : current) {
     const std::string phase = pod_phase(*pod);
     if (terminating(*pod) && (phase == "Succeeded" || phase == "Failed")) continue;  // deleted: not the job's outcome
@@ -397,8 +397,7 @@ ReconcileResult JobReconciler::run_pods(Pass& p, const JobPlan& plan, int64_t at
     if (phase == "Failed") {
       ++failed;
       const bool by_collective = exit_code_of(*pod) == WORKER_EXIT_COLLECTIVE_FAILED;
-      if (first_failed == nullptr || (exit_code_of(*first_failed) == WORKER_EXIT_COLLECTIVE_FAILED && !by_collective))
-        first_failed = pod;
+      if (cause == nullptr || (exit_code_of(*cause) == WORKER_EXIT_COLLECTIVE_FAILED && !by_collective)) cause = pod;
     }
   }
   p.status.replicas = {world, world - succeeded - failed - (vanished_rank >= 0 ? 1 : 0), succeeded, failed};
@@ -408,10 +407,10 @@ ReconcileResult JobReconciler::run_pods(Pass& p, const JobPlan& plan, int64_t at
     write_status(p);
     return finish(p);
   }
-  if (first_failed != nullptr || vanished_rank >= 0) {
+  if (cause != nullptr || vanished_rank >= 0) {
     const std::string what =
-        first_failed != nullptr
-            ? failure_of(*first_failed)
+        cause != nullptr
+            ? failure_of(*cause)
             : "rank " + std::to_string(vanished_rank) + "'s pod was deleted";
     const int64_t limit = p.job.spec.run_policy.backoff_limit;
     if (p.status.restarts >= limit) {
