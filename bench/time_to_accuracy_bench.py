@@ -184,6 +184,10 @@ def judge(rows, strategies, wait_share):
     return out
 
 
+def print_run(model, seed, strategy, run):
+    print(f"{model} seed {seed} {strategy}: final {run['final']:.2f} in {run['train_seconds']:.1f} s", flush=True)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", default="cnn,vit,char-gpt")
@@ -209,6 +213,8 @@ def main():
             runs, by_plan = {}, {}
             # The first run measures the profiles and calibration statistics the others reuse.
             runs[("exact", seeds[0])] = train(tmp, model, seeds[0], "exact", profiles, work) if "exact" in strategies else None
+            if runs[("exact", seeds[0])] is not None:
+                print_run(model, seeds[0], "exact", runs[("exact", seeds[0])])
             signatures = {st: plan_signature(tmp, model, st, profiles, work) for st in strategies}
             for seed in seeds:
                 for st in strategies:
@@ -217,8 +223,7 @@ def main():
                         by_plan[key] = runs[(st, seed)]
                     if key not in by_plan:
                         by_plan[key] = train(tmp, model, seed, st, profiles, work)
-                        print(f"{model} seed {seed} {st}: final {by_plan[key]['final']:.2f} in "
-                              f"{by_plan[key]['train_seconds']:.1f} s", flush=True)
+                        print_run(model, seed, st, by_plan[key])
                     runs[(st, seed)] = by_plan[key]
             results[model] = report(model, runs, strategies, seeds)
             results[model]["runs"] = {f"{st}/s{seed}": r for (st, seed), r in runs.items() if r is not None}

@@ -164,7 +164,7 @@ def main():
             "machine are noisy: the benchmarks report medians of interleaved repeats and the noise floor.", ""]
     tmp = args.out + ".tmp"
     with open(tmp, "w") as f:
-        f.write("\n".join(page) + "\n" + "\n".join(sections[k] for k in FULL if k in sections))
+        f.write("\n".join(page) + "\n" + "\n".join(sections[k].rstrip("\n") + "\n" for k in FULL if k in sections))
     os.replace(tmp, args.out)
     print("wrote", args.out)
     sys.exit(1 if failed else 0)
