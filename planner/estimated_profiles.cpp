@@ -155,7 +155,7 @@ LayerCost gemm_layer_cost(const Roofline& r, const LayerDesc& l, LayerPrecision 
 }
 
 // Non-GEMM leaves at FP32: streams of their inputs, outputs and saved tensors (what the worker's
-// layers save: ReLU/dropout a 1-byte mask, GELU its input, max pooling int32 argmax, layer norm
+// layers save: ReLU/dropout a 1-byte mask, GELU its derivative, max pooling int32 argmax, layer norm
 // x-hat and 1/std per row, embedding the int32 ids, attention qkv and the probabilities).
 LayerCost other_layer_cost(const Roofline& r, const LayerDesc& l, int64_t batch) {
   const double in = double(batch * shape_numel(l.in_shape)), out = double(batch * shape_numel(l.out_shape));

@@ -28,23 +28,23 @@ struct ReluBackward {
   __device__ void operator()(int64_t i) const { dx[i] = mask[i] ? dy[i] : 0.0f; }
 };
 // y = 0.5 x (1 + erf(x / sqrt 2))
+// y = 0.5 x (1 + erf(x / sqrt 2));  dydx = 0.5 (1 + erf(x / sqrt 2)) + x phi(x),
+// phi(x) = exp(-x^2 / 2) / sqrt(2 pi) (in training only)
 struct GeluForward {
-  const float* x; float* y;
+  const float* x; float* y; float* dydx;
   __device__ void operator()(int64_t i) const {
     const float v = x[i];
-    y[i] = __fmul_rn(__fmul_rn(0.5f, v), __fadd_rn(1.0f, erff(__fmul_rn(v, INV_SQRT2))));
+    const float onep = __fadd_rn(1.0f, erff(__fmul_rn(v, INV_SQRT2)));
+    y[i] = __fmul_rn(__fmul_rn(0.5f, v), onep);
+    if (dydx == nullptr) return;
+    const float pdf = expf(__fmul_rn(__fmul_rn(-0.5f, v), v));
+    dydx[i] = __fadd_rn(__fmul_rn(0.5f, onep), __fmul_rn(__fmul_rn(v, INV_SQRT_2PI), pdf));
   }
 };
-// dx = dy (0.5 (1 + erf(x / sqrt 2)) + x phi(x)), phi(x) = exp(-x^2 / 2) / sqrt(2 pi)
+// dx = dy dydx (the derivative the forward saved)
 struct GeluBackward {
-  const float* x; const float* dy; float* dx;
-  __device__ void operator()(int64_t i) const {
-    const float v = x[i];
-    const float cdf = erff(__fmul_rn(v, INV_SQRT2));
-    const float pdf = expf(__fmul_rn(__fmul_rn(-0.5f, v), v));
-    const float d = __fadd_rn(__fmul_rn(0.5f, __fadd_rn(1.0f, cdf)), __fmul_rn(__fmul_rn(v, INV_SQRT_2PI), pdf));
-    dx[i] = __fmul_rn(dy[i], d);
-  }
+  const float* dydx; const float* dy; float* dx;
+  __device__ void operator()(int64_t i) const { dx[i] = __fmul_rn(dy[i], dydx[i]); }
 };
 struct Add {
   const float* a; const float* b; float* out;
@@ -121,9 +121,11 @@ void relu_forward_cuda(const float* x, float* y, uint8_t* mask, int64_t n, void*
 void relu_backward_cuda(const float* dy, const uint8_t* mask, float* dx, int64_t n, void* stream) {
   launch_elementwise(ReluBackward{dy, mask, dx}, n, stream);
 }
-void gelu_forward_cuda(const float* x, float* y, int64_t n, void* stream) { launch_elementwise(GeluForward{x, y}, n, stream); }
-void gelu_backward_cuda(const float* x, const float* dy, float* dx, int64_t n, void* stream) {
-  launch_elementwise(GeluBackward{x, dy, dx}, n, stream);
+void gelu_forward_cuda(const float* x, float* y, float* dydx, int64_t n, void* stream) {
+  launch_elementwise(GeluForward{x, y, dydx}, n, stream);
+}
+void gelu_backward_cuda(const float* dydx, const float* dy, float* dx, int64_t n, void* stream) {
+  launch_elementwise(GeluBackward{dydx, dy, dx}, n, stream);
 }
 void add_cuda(const float* a, const float* b, float* out, int64_t n, void* stream) {
   launch_elementwise(Add{a, b, out}, n, stream);

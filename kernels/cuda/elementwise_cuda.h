@@ -15,8 +15,9 @@ namespace qsync {
 
 void relu_forward_cuda(const float* x, float* y, uint8_t* mask, int64_t n, void* stream);  // mask may be null
 void relu_backward_cuda(const float* dy, const uint8_t* mask, float* dx, int64_t n, void* stream);
-void gelu_forward_cuda(const float* x, float* y, int64_t n, void* stream);
-void gelu_backward_cuda(const float* x, const float* dy, float* dx, int64_t n, void* stream);
+// y = x Phi(x); dydx (null outside training) = Phi(x) + x phi(x), the derivative the backward uses
+void gelu_forward_cuda(const float* x, float* y, float* dydx, int64_t n, void* stream);
+void gelu_backward_cuda(const float* dydx, const float* dy, float* dx, int64_t n, void* stream);  // dx = dy dydx
 void add_cuda(const float* a, const float* b, float* out, int64_t n, void* stream);  // out = a + b
 void accumulate_cuda(const float* x, float* y, int64_t n, void* stream);             // y += x
 // Inverted dropout: keep i when hash_to_unit(counter_hash(key, i)) >= p (worker/layers/layer_seed.h);

@@ -48,7 +48,8 @@ Tensor ReluLayer::backward(const Tensor& dy, StepContext& ctx) {
 
 // ---------------------------------------------------------------------------------------------
 // GELU (exact): y = x * Phi(x), Phi(x) = 0.5 (1 + erf(x / sqrt 2));  dy/dx = Phi(x) + x * phi(x),
-// phi(x) = exp(-x^2 / 2) / sqrt(2 pi)
+// phi(x) = exp(-x^2 / 2) / sqrt(2 pi). The training forward saves dy/dx (computed in the same pass
+// as y, from the same erf), so the backward is one multiply instead of an erf and an exp.
 
 GeluLayer::GeluLayer(const LayerDesc& d, MemoryAccount* memory) : Layer(d) {
   (void)memory;
@@ -59,19 +60,19 @@ Tensor GeluLayer::forward(const Tensor& x, StepContext& ctx) {
   check_batched(x, desc_.in_shape, name(), "input");
   DeviceOps& ops = ops_of(ctx);
   Tensor y = ops.empty(x.shape(), Precision::FP32, ctx.memory, name() + ".out");  // (B, N...)
-  ops.gelu_forward(x, y);
-  input_ = ctx.training ? x : Tensor();  // (B, N...): kept alive for backward, not copied
+  derivative_ = ctx.training ? ops.empty(x.shape(), Precision::FP32, ctx.memory, name() + ".dydx") : Tensor();
+  ops.gelu_forward(x, y, ctx.training ? &derivative_ : nullptr);
   return y;
 }
 
 Tensor GeluLayer::backward(const Tensor& dy, StepContext& ctx) {
   check_batched(dy, desc_.out_shape, name(), "dy");
-  if (!input_.defined() || input_.shape() != dy.shape())
+  if (!derivative_.defined() || derivative_.shape() != dy.shape())
     throw std::logic_error("layer '" + name() + "': backward without a matching training forward");
   DeviceOps& ops = ops_of(ctx);
   Tensor dx = ops.empty(dy.shape(), Precision::FP32, ctx.memory, name() + ".dx");  // (B, N...)
-  ops.gelu_backward(input_, dy, dx);
-  input_ = Tensor();
+  ops.gelu_backward(derivative_, dy, dx);
+  derivative_ = Tensor();
   return dx;
 }
 

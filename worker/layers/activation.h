@@ -2,7 +2,7 @@
 // Elementwise activations. Shapes: x (B, in_shape...) -> y of the same shape.
 //   ReluLayer  y = max(x, 0); saves a 1-byte mask (x > 0) for backward: B * numel(in_shape) bytes
 //   GeluLayer  y = 0.5 x (1 + erf(x / sqrt 2)), the exact GELU of PyTorch's nn.GELU();
-//              saves the FP32 input
+//              saves its FP32 derivative at x (written in the same pass as y)
 #pragma once
 
 #include "worker/layer.h"
@@ -25,10 +25,10 @@ class GeluLayer : public Layer {
   GeluLayer(const LayerDesc& d, MemoryAccount* memory);
   Tensor forward(const Tensor& x, StepContext& ctx) override;
   Tensor backward(const Tensor& dy, StepContext& ctx) override;
-  int64_t saved_bytes() const override { return input_.defined() ? input_.bytes() : 0; }
+  int64_t saved_bytes() const override { return derivative_.defined() ? derivative_.bytes() : 0; }
 
  private:
-  Tensor input_;  // (B, in_shape...) FP32
+  Tensor derivative_;  // (B, in_shape...) FP32: dy/dx at the training forward's input
 };
 
 }  // namespace qsync

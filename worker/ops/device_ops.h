@@ -173,8 +173,10 @@ class DeviceOps {
   // ---- elementwise --------------------------------------------------------------------------
   virtual void relu_forward(const Tensor& x, Tensor& y, Tensor* mask) = 0;    // mask: uint8 0/1
   virtual void relu_backward(const Tensor& dy, const Tensor& mask, Tensor& dx) = 0;
-  virtual void gelu_forward(const Tensor& x, Tensor& y) = 0;  // exact erf GELU
-  virtual void gelu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) = 0;
+  // Exact erf GELU, y = x Phi(x); in training also its derivative at x, dydx = Phi(x) + x phi(x)
+  // (both come from one pass over x), which the backward multiplies in: dx = dy * dydx.
+  virtual void gelu_forward(const Tensor& x, Tensor& y, Tensor* dydx) = 0;
+  virtual void gelu_backward(const Tensor& dydx, const Tensor& dy, Tensor& dx) = 0;
   virtual void add(const Tensor& a, const Tensor& b, Tensor& out) = 0;
   // Inverted dropout: element i kept when hash_to_unit(counter_hash(key, i)) >= p, scaled 1/(1-p).
   virtual void dropout_forward(const Tensor& x, double p, uint64_t key, Tensor& y, Tensor& mask) = 0;

@@ -61,8 +61,8 @@ TEST(Activation, SavedBytesChargedAndReleased) {
   Tensor x = random_tensor({2, 3, 7}, rng);
   ReluLayer relu(make_desc("relu", LayerKind::RELU, {3, 7}), nullptr);
   EXPECT_EQ(check_step_memory(relu, x), x.numel());  // a 1-byte mask
-  // GELU keeps its FP32 input alive for backward by reference (no copy): it reports the input's
-  // bytes as saved, and the account is charged only for its output.
+  // GELU saves its FP32 derivative (written beside y), not its input: it reports the derivative's
+  // bytes as saved, and the account is charged for the output and the derivative.
   GeluLayer gelu(make_desc("gelu", LayerKind::GELU, {3, 7}), nullptr);
   MemoryAccount account;
   StepContext ctx;
@@ -71,9 +71,10 @@ TEST(Activation, SavedBytesChargedAndReleased) {
   {
     Tensor y = gelu.forward(x, ctx);
     EXPECT_EQ(gelu.saved_bytes(), x.bytes());
-    EXPECT_EQ(account.current_bytes(), y.bytes());
+    EXPECT_EQ(account.current_bytes(), 2 * y.bytes());
     Tensor dx = gelu.backward(Tensor::zeros(y.shape(), Precision::FP32, nullptr), ctx);
     EXPECT_EQ(gelu.saved_bytes(), 0);
+    EXPECT_EQ(account.current_bytes(), y.bytes() + dx.bytes());  // the derivative is released
   }
   EXPECT_EQ(account.current_bytes(), 0);
 }

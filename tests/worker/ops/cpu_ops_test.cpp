@@ -1,7 +1,7 @@
 // File: tests/worker/ops/cpu_ops_test.cpp
 // The host implementation of the op interface beyond what the layer tests cover: the canonical
 // sum of squares (the global norm every rank computes alike), the matmul options (bias epilogue,
-// row sums of op(A)), quantization into the transposed layout, the loss-scale path of the
+// row sums of op(A)), GELU's saved derivative, quantization into the transposed layout, the loss-scale path of the
 // optimizer (unscaling, skipping a non-finite step), and dynamic loss scaling's schedule.
 #include <gtest/gtest.h>
 
@@ -84,6 +84,35 @@ TEST(CpuOps, MatmulBiasAndRowSumsOfA) {
     }
   }
 }
+
+// GELU and the derivative its training forward saves, against the formulas in double, on sizes
+// with and without a vector tail (8 lanes) and one over the threading threshold; the forward
+// without the derivative writes the same y bit for bit. Tolerance: libmvec's erff/expf are a few
+// ulp, so 1e-6 relative plus 1e-7 (1 + |x|) absolute (1 + erf cancels for very negative x,
+// leaving half an ulp of 1 times x / 2).
+TEST(CpuOps, GeluForwardSavesItsDerivative) {
+  DeviceOps& ops = cpu_ops();
+  for (int64_t n : {int64_t{1}, int64_t{7}, int64_t{8}, int64_t{1029}, int64_t{3} << 14}) {
+    std::vector<float> v = normal(size_t(n), uint32_t(n));
+    for (float& e : v) e *= 4.0f;  // reach the tails (|x| up to ~16)
+    const Tensor x = host(v, {n});
+    Tensor y = Tensor::empty({n}, Precision::FP32, nullptr), d = y.clone(nullptr), y_eval = y.clone(nullptr);
+    ops.gelu_forward(x, y, &d);
+    ops.gelu_forward(x, y_eval, nullptr);
+    const Tensor dy = host(normal(size_t(n), 99), {n});
+    Tensor dx = y.clone(nullptr);
+    ops.gelu_backward(d, dy, dx);
+    for (int64_t i = 0; i < n; ++i) {
+      const double a = v[size_t(i)], cdf = 0.5 * (1.0 + std::erf(a / std::sqrt(2.0)));
+      const double want_d = cdf + a * std::exp(-0.5 * a * a) / std::sqrt(2.0 * M_PI);
+      EXPECT_NEAR(y.f32()[i], a * cdf, 1e-6 * std::fabs(a * cdf) + 1e-7 * (1 + std::fabs(a))) << n << " " << i;
+      EXPECT_NEAR(d.f32()[i], want_d, 1e-6 * std::fabs(want_d) + 1e-7 * (1 + std::fabs(a))) << n << " " << i;
+      EXPECT_EQ(dx.f32()[i], dy.f32()[i] * d.f32()[i]);
+      ASSERT_EQ(y.f32()[i], y_eval.f32()[i]) << n << " " << i;
+    }
+  }
+}
+
 
 // The transposed copy holds the transposed values with the same scale (one amax pass).
 TEST(CpuOps, QuantizeIntoTheTransposedLayout) {

@@ -122,11 +122,16 @@ TEST(CudaOps, GeluWithinAFewUlp) {
   const Shape s{4, 1000};
   const Tensor x = host_normal(s, 5, 3.0f), dy = host_normal(s, 6);
   Tensor out = Tensor::empty(s, Precision::FP32, nullptr), dout = gpu()->empty(s, Precision::FP32, nullptr, "t");
-  cpu_ops().gelu_forward(x, out);
-  gpu()->gelu_forward(to_gpu(x), dout);
+  Tensor d = out.clone(nullptr), dd = gpu()->empty(s, Precision::FP32, nullptr, "t");
+  cpu_ops().gelu_forward(x, out, &d);
+  gpu()->gelu_forward(to_gpu(x), dout, &dd);
   EXPECT_LE(relative(back(dout), out), 1e-6);
-  cpu_ops().gelu_backward(x, dy, out);
-  gpu()->gelu_backward(to_gpu(x), to_gpu(dy), dout);
+  EXPECT_LE(relative(back(dd), d), 1e-6);  // the saved derivative
+  Tensor eval_out = gpu()->empty(s, Precision::FP32, nullptr, "t");
+  gpu()->gelu_forward(to_gpu(x), eval_out, nullptr);  // no derivative outside training
+  expect_bitwise(back(eval_out), back(dout), "gelu forward without the derivative");
+  cpu_ops().gelu_backward(d, dy, out);
+  gpu()->gelu_backward(dd, to_gpu(dy), dout);
   EXPECT_LE(relative(back(dout), out), 1e-6);
 }
 

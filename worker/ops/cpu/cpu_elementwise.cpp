@@ -14,9 +14,7 @@ namespace {
 
 int64_t batch_of(const Tensor& t) { return t.rank() == 0 ? 1 : t.dim(0); }
 
-constexpr float INV_SQRT2 = 0.70710678118654752440f;
-constexpr float INV_SQRT_2PI = 0.39894228040143267794f;
-// Elementwise GELU work runs in chunks through the vector erf/exp of vector_math.h.
+// GELU runs in chunks (the unit of its threads) through the vector erf/exp of vector_math.h.
 constexpr int64_t GELU_CHUNK = 1024;
 
 }  // namespace
@@ -54,42 +52,28 @@ void CpuOps::relu_backward(const Tensor& dy, const Tensor& mask, Tensor& dx) {
 
 // ---------------------------------------------------------------------------------------------
 // GELU (exact): y = x * Phi(x), Phi(x) = 0.5 (1 + erf(x / sqrt 2));  dy/dx = Phi(x) + x * phi(x),
-// phi(x) = exp(-x^2 / 2) / sqrt(2 pi)
+// phi(x) = exp(-x^2 / 2) / sqrt(2 pi). The forward writes the derivative (training); the backward
+// multiplies it in.
 
-void CpuOps::gelu_forward(const Tensor& x, Tensor& y) {
+void CpuOps::gelu_forward(const Tensor& x, Tensor& y, Tensor* dydx) {
   const int64_t n = x.numel();
   const float* xp = x.f32();
   float* yp = y.f32();
+  float* dp = dydx != nullptr ? dydx->f32() : nullptr;
 #pragma omp parallel for if (n > (1 << 14)) schedule(static)
   for (int64_t c = 0; c < (n + GELU_CHUNK - 1) / GELU_CHUNK; ++c) {
     const int64_t begin = c * GELU_CHUNK, len = std::min(GELU_CHUNK, n - begin);
-    float t[GELU_CHUNK];
-    for (int64_t i = 0; i < len; ++i) t[i] = xp[begin + i] * INV_SQRT2;
-    erf_buffer(t, t, len);
-    for (int64_t i = 0; i < len; ++i) yp[begin + i] = 0.5f * xp[begin + i] * (1.0f + t[i]);
+    gelu_buffer(xp + begin, yp + begin, dp != nullptr ? dp + begin : nullptr, len);
   }
 }
 
-void CpuOps::gelu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) {
+void CpuOps::gelu_backward(const Tensor& dydx, const Tensor& dy, Tensor& dx) {
   const int64_t n = dy.numel();
-  const float* xp = x.f32();
+  const float* dp = dydx.f32();
   const float* dyp = dy.f32();
   float* dxp = dx.f32();
-#pragma omp parallel for if (n > (1 << 14)) schedule(static)
-  for (int64_t c = 0; c < (n + GELU_CHUNK - 1) / GELU_CHUNK; ++c) {
-    const int64_t begin = c * GELU_CHUNK, len = std::min(GELU_CHUNK, n - begin);
-    float cdf[GELU_CHUNK], pdf[GELU_CHUNK];
-    for (int64_t i = 0; i < len; ++i) {
-      cdf[i] = xp[begin + i] * INV_SQRT2;
-      pdf[i] = -0.5f * xp[begin + i] * xp[begin + i];
-    }
-    erf_buffer(cdf, cdf, len);
-    exp_buffer(pdf, pdf, len);
-    for (int64_t i = 0; i < len; ++i) {
-      const float v = xp[begin + i];
-      dxp[begin + i] = dyp[begin + i] * (0.5f * (1.0f + cdf[i]) + v * INV_SQRT_2PI * pdf[i]);
-    }
-  }
+#pragma omp parallel for if (n > (1 << 16)) schedule(static)
+  for (int64_t i = 0; i < n; ++i) dxp[i] = dyp[i] * dp[i];
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -68,8 +68,8 @@ class CudaOps final : public DeviceOps {
 
   void relu_forward(const Tensor& x, Tensor& y, Tensor* mask) override;
   void relu_backward(const Tensor& dy, const Tensor& mask, Tensor& dx) override;
-  void gelu_forward(const Tensor& x, Tensor& y) override;
-  void gelu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) override;
+  void gelu_forward(const Tensor& x, Tensor& y, Tensor* dydx) override;
+  void gelu_backward(const Tensor& dydx, const Tensor& dy, Tensor& dx) override;
   void add(const Tensor& a, const Tensor& b, Tensor& out) override;
   void dropout_forward(const Tensor& x, double p, uint64_t key, Tensor& y, Tensor& mask) override;
   void dropout_backward(const Tensor& dy, const Tensor& mask, double p, Tensor& dx) override;

@@ -36,9 +36,11 @@ void CudaOps::relu_forward(const Tensor& x, Tensor& y, Tensor* mask) {
 void CudaOps::relu_backward(const Tensor& dy, const Tensor& mask, Tensor& dx) {
   relu_backward_cuda(dy.as<float>(), mask.as<uint8_t>(), dx.as<float>(), dy.numel(), stream_);
 }
-void CudaOps::gelu_forward(const Tensor& x, Tensor& y) { gelu_forward_cuda(x.as<float>(), y.as<float>(), x.numel(), stream_); }
-void CudaOps::gelu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) {
-  gelu_backward_cuda(x.as<float>(), dy.as<float>(), dx.as<float>(), dy.numel(), stream_);
+void CudaOps::gelu_forward(const Tensor& x, Tensor& y, Tensor* dydx) {
+  gelu_forward_cuda(x.as<float>(), y.as<float>(), dydx != nullptr ? dydx->as<float>() : nullptr, x.numel(), stream_);
+}
+void CudaOps::gelu_backward(const Tensor& dydx, const Tensor& dy, Tensor& dx) {
+  gelu_backward_cuda(dydx.as<float>(), dy.as<float>(), dx.as<float>(), dy.numel(), stream_);
 }
 void CudaOps::add(const Tensor& a, const Tensor& b, Tensor& out) {
   add_cuda(a.as<float>(), b.as<float>(), out.as<float>(), a.numel(), stream_);
