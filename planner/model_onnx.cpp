@@ -70,8 +70,7 @@ std::string Builder::layer_name(const onnx::Node& n, bool gemm_like) {
 }
 
 void Builder::add_layer(const onnx::Node& n, LayerDesc l) {
-  if (n.outputs.empty() || n.outputs[0].empty()) fail(n, "has no output");
-  Value v;
+  Value v;  // n.outputs[0] exists: model_desc_from_onnx refuses nodes without one up front
   v.producer = int(layers.size());
   v.shape = l.out_shape;
   values[n.outputs[0]] = v;
@@ -318,8 +317,13 @@ ModelDesc model_desc_from_onnx(std::string_view bytes, const std::string& source
     v.data = t;
     b.values[t->name] = v;
   }
-  for (const onnx::Node& n : model.graph.nodes)
+  for (const onnx::Node& n : model.graph.nodes) {
+    // Every op the engine maps or folds produces a value; the fusions look ahead at later nodes'
+    // outputs, so a node without one is refused here, before any of them runs.
+    if (n.outputs.empty() || n.outputs[0].empty())
+      b.fail(n, "has no output (every node must name its first output; re-export the model)");
     for (const std::string& i : n.inputs) ++b.uses[i];
+  }
   bind_input(b, m);
   // Refuse unsupported ops up front, all of them at once, before building anything.
   std::string unsupported;
@@ -339,7 +343,7 @@ ModelDesc model_desc_from_onnx(std::string_view bytes, const std::string& source
   for (size_t i = 0; i < model.graph.nodes.size(); ++i) {
     const onnx::Node& n = model.graph.nodes[i];
     if (n.op_type == "Constant") continue;
-    if (b.consumed.count(n.outputs.empty() ? "" : n.outputs[0])) continue;
+    if (b.consumed.count(n.outputs[0])) continue;
     if (fold_constant(b, n)) continue;
     if (n.op_type == "Identity") {
       b.values[n.outputs.at(0)] = b.value(n, 0);

@@ -1,8 +1,8 @@
 // File: tests/planner/model_onnx_test.cpp
 // ONNX graphs -> model descriptions (planner/model_onnx.h), on graphs written by
 // tests/support/onnx_writer.h: names, shapes, fusion of a MatMul's bias Add, the task, and the
-// refusals (unsupported ops with the node, its op and the supported list; a batch fixed by a
-// Reshape; truncated files; several inputs), each naming the fix.
+// refusals (unsupported ops with the node, its op and the supported list; a node without an
+// output; a batch fixed by a Reshape; truncated files; several inputs), each naming the fix.
 #include "planner/model_onnx.h"
 
 #include <gtest/gtest.h>
@@ -62,6 +62,20 @@ TEST(ModelOnnx, UnsupportedOpsAreAllNamedWithTheSupportedList) {
   expect_error<std::invalid_argument>([&] { (void)model_desc_from_onnx(w::model(g), "bad.onnx"); },
                                       {"bad.onnx", "node '/act/Selu' (Selu)", "node '/rnn/LSTM' (LSTM)",
                                        "BatchNormalization", "Conv", "Where"});
+}
+
+TEST(ModelOnnx, ANodeWithoutAnOutputIsRefusedBeforeTheFusionsLookAtIt) {
+  // PyTorch's erf GELU pattern whose last Mul names no output: the GELU fusion reads ahead to it
+  // (before, an out_of_range escaped from there; the fuzzer's onnx_model finding of 2026-12-04).
+  w::GraphSpec g;
+  g.inputs = {w::value_info("input", 1, {-1, 4})};
+  g.outputs = {w::value_info("logits", 1, {-1, 4})};
+  g.initializers = {w::tensor("sqrt2", {}, {1.4142135f}), w::tensor("one", {}, {1.0f}), w::tensor("half", {}, {0.5f})};
+  g.nodes = {w::node("Div", "/act/Div", {"input", "sqrt2"}, {"d"}), w::node("Erf", "/act/Erf", {"d"}, {"e"}),
+             w::node("Add", "/act/Add", {"e", "one"}, {"a"}), w::node("Mul", "/act/Mul", {"input", "a"}, {"m"}),
+             w::node("Mul", "/act/Mul_1", {"m", "half"}, {})};
+  expect_error<std::invalid_argument>([&] { (void)model_desc_from_onnx(w::model(g), "gelu.onnx"); },
+                                      {"gelu.onnx", "node '/act/Mul_1' (Mul)", "has no output", "re-export"});
 }
 
 TEST(ModelOnnx, TruncatedAndMalformedFilesNameTheFile) {

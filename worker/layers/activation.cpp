@@ -61,7 +61,7 @@ Tensor GeluLayer::forward(const Tensor& x, StepContext& ctx) {
   DeviceOps& ops = ops_of(ctx);
   Tensor y = ops.empty(x.shape(), Precision::FP32, ctx.memory, name() + ".out");  // (B, N...)
   derivative_ = ctx.training ? ops.empty(x.shape(), Precision::FP32, ctx.memory, name() + ".dydx") : Tensor();
-  ops.gelu_forward(x, y, ctx.training ? &derivative_ : nullptr);
+  ops.gelu_forward(x, y, derivative_.defined() ? &derivative_ : nullptr);
   return y;
 }
 

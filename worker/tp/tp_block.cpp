@@ -127,12 +127,7 @@ void tp_mlp_partial(const TpBlockShard& s, const float* x, int64_t rows, float* 
   tp_gemm_xwt(x, s.fc1_weight.data(), rows, Fl, C, hidden.data());
   for (int64_t m = 0; m < rows; ++m)
     for (int64_t j = 0; j < Fl; ++j) hidden[size_t(m * Fl + j)] += s.fc1_bias[size_t(j)];
-  // Exact GELU as worker/layers/activation.cpp: 0.5 x (1 + erf(x / sqrt 2)).
-  constexpr float INV_SQRT2 = 0.70710678118654752440f;
-  std::vector<float> e(hidden.size());
-  for (size_t i = 0; i < hidden.size(); ++i) e[i] = hidden[i] * INV_SQRT2;
-  erf_buffer(e.data(), e.data(), int64_t(e.size()));
-  for (size_t i = 0; i < hidden.size(); ++i) hidden[i] = 0.5f * hidden[i] * (1.0f + e[i]);
+  gelu_buffer(hidden.data(), hidden.data(), nullptr, int64_t(hidden.size()));  // the training GELU, in place
   tp_gemm_xwt(hidden.data(), s.fc2_weight.data(), rows, C, Fl, z);
 }
 

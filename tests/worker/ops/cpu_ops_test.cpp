@@ -1,8 +1,9 @@
 // File: tests/worker/ops/cpu_ops_test.cpp
 // The host implementation of the op interface beyond what the layer tests cover: the canonical
 // sum of squares (the global norm every rank computes alike), the matmul options (bias epilogue,
-// row sums of op(A)), GELU's saved derivative, quantization into the transposed layout, the loss-scale path of the
-// optimizer (unscaling, skipping a non-finite step), and dynamic loss scaling's schedule.
+// row sums of op(A)), GELU's saved derivative, quantization into the transposed layout, the
+// loss-scale path of the optimizer (unscaling, skipping a non-finite step), and dynamic loss
+// scaling's schedule.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -112,7 +113,6 @@ TEST(CpuOps, GeluForwardSavesItsDerivative) {
     }
   }
 }
-
 
 // The transposed copy holds the transposed values with the same scale (one amax pass).
 TEST(CpuOps, QuantizeIntoTheTransposedLayout) {

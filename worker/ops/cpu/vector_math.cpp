@@ -19,12 +19,6 @@ constexpr float INV_SQRT_2PI = 0.39894228040143267794f;
 
 }  // namespace
 
-__attribute__((target("avx2,fma"))) void erf_buffer(const float* x, float* y, int64_t n) {
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _ZGVdN8v_erff(_mm256_loadu_ps(x + i)));
-  for (; i < n; ++i) y[i] = std::erf(x[i]);
-}
-
 __attribute__((target("avx2,fma"))) void exp_buffer(const float* x, float* y, int64_t n) {
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _ZGVdN8v_expf(_mm256_loadu_ps(x + i)));
