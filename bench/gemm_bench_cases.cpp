@@ -84,6 +84,8 @@ const std::vector<LayerShape>& bench_layers(bool quick) {
       {"mlp", 128, 1024, 1024},      // 128 x 1024 x 1024 forward
       {"wide", 512, 1024, 4096},     // 512 x 4096 x 1024 forward
       {"conv", 6272, 576, 128},      // conv 3x3 64->128 on 14x14, batch 32, as GEMM
+      {"gpt-fc1", 2048, 128, 512},   // the char-GPT's FFN up-projection: batch 32 x 64 tokens
+      {"gpt-fc2", 2048, 512, 128},   // and its down-projection
   };
   static const std::vector<LayerShape> small = {{"square", 256, 256, 256}, {"mlp", 64, 256, 256}};
   return quick ? small : full;

@@ -13,7 +13,7 @@ struct GemmRow {
   std::string device_class;  // "cpu-avx2", ...
   std::string precision;     // "fp32", "int8", ...
   std::string op;            // "forward", "input_grad", "weight_grad", "quantize"
-  std::string layer;         // "square", "mlp", "wide", "conv"
+  std::string layer;         // "square", "mlp", "wide", "conv", "gpt-fc1", "gpt-fc2"
   long m = 0, n = 0, k = 0;
   double median_seconds = 0;
   double gflops = 0;         // GFLOP/s (GOP/s for int8); for "quantize": 0

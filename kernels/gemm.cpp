@@ -72,6 +72,17 @@ GemmDesc gemm_resolve(const GemmDesc& in) {
 
 void gemm_validate(const GemmDesc& d) { (void)gemm_resolve(d); }
 
+void gemm_add_bias_rows(const GemmDesc& d) {
+  if (d.bias == nullptr) return;
+  const int64_t ldc = d.ldc == 0 ? d.n : d.ldc;
+  const float* __restrict bias = d.bias;
+#pragma omp parallel for if (d.m * d.n > (1 << 16))
+  for (int64_t i = 0; i < d.m; ++i) {
+    float* __restrict row = d.c + i * ldc;
+    for (int64_t j = 0; j < d.n; ++j) row[j] += bias[j];
+  }
+}
+
 GemmSignature gemm_signature(const GemmDesc& d) {
   GemmSignature s;
   s.a_precision = d.a.precision;

@@ -3,7 +3,7 @@
 // oneDNN, cuda on cuBLASLt) are listed in one registry (gemm_registry.h).
 //
 // Semantics (row-major, FP32 output, FP32-or-wider accumulation):
-//   C[i, j] = sa(i) * sb(j) * sum_k opA[i, k] * opB[k, j] + beta * C[i, j]
+//   C[i, j] = sa(i) * sb(j) * sum_k opA[i, k] * opB[k, j] + beta * C[i, j]  (+ bias[j], after)
 // where opA is (m, k) and opB is (k, n):
 //   a.trans == NO : A stored (m, k), lda >= k      a.trans == YES : A stored (k, m), lda >= m
 //   b.trans == NO : B stored (k, n), ldb >= n      b.trans == YES : B stored (n, k), ldb >= k
@@ -45,6 +45,9 @@ struct GemmDesc {
   float* c = nullptr;  // (m, n) row-major FP32
   int64_t ldc = 0;  // 0: packed (n)
   float beta = 0.0f;
+  // (n) FP32 or nullptr: C[i, j] += bias[j] once the product and beta are in, one FP32 add (a
+  // backend that fuses it into its epilogue must round the same way, or add it afterwards).
+  const float* bias = nullptr;
 };
 
 // What a backend is asked before a call: the precision pair, the shape and the layouts.
@@ -92,6 +95,10 @@ class GemmBackend {
 // gemm_resolve also fills leading dimensions given as 0 with the packed value.
 GemmDesc gemm_resolve(const GemmDesc& d);
 void gemm_validate(const GemmDesc& d);
+
+// The bias epilogue as a pass of its own: C[i, j] += d.bias[j] (nothing without a bias). For
+// host backends that cannot fuse it exactly.
+void gemm_add_bias_rows(const GemmDesc& d);
 
 // Decodes an operand's stored matrix (stored_rows, stored_cols; row stride o.ld) into a packed
 // FP32 buffer (stored_rows * stored_cols), without applying scales: INT8 gives its integers, TF32

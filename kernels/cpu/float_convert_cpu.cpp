@@ -1,14 +1,16 @@
 // File: kernels/cpu/float_convert_cpu.cpp
 // The buffer converters of float_convert.h, vectorized with runtime dispatch on
-// cpu_isa_active(): AVX-512 (>= CpuIsa::AVX512), AVX2 + F16C (CpuIsa::AVX2), else the scalar
-// _ref loop. Every path is bit-identical to the _ref functions (NaN, inf, subnormals and
+// cpu_isa_active(): AVX-512 (>= CpuIsa::AVX512; FP32 -> BF16 natively from AVX512_BF16), AVX2 +
+// F16C (CpuIsa::AVX2), else the scalar _ref loop. Every path is bit-identical to the _ref functions (NaN, inf, subnormals and
 // saturation included); tests/kernels/float_convert_test.cpp checks that.
 //
 //   FP16: F16C (VCVTPS2PH, round to nearest even) after clamping finite |x| > 65504 to
 //         +-65504, since the instruction itself overflows to inf. Its NaN result (quiet,
 //         truncated payload) is the rule the reference follows.
-//   BF16: integer round-to-nearest-even on the FP32 bits. VCVTNEPS2BF16 (AVX512_BF16) is
-//         not used: it treats FP32 subnormal inputs as zero and does not saturate.
+//   BF16: integer round-to-nearest-even on the FP32 bits. Where the CPU has AVX512_BF16,
+//         VCVTNEPS2BF16 converts 16 at once; it rounds the same way but treats FP32 subnormal
+//         inputs as zero and rounds finite values past the largest BF16 to inf, so the (rare)
+//         vectors holding a subnormal or such a value redo those lanes the integer way.
 //   FP8:  branch-free integer encode/decode written as plain C++ (variable shifts and
 //         selects) in loops the compiler vectorizes under the function's target attribute.
 //         The scaled forms compute x * inv_scale (one FP32 multiply, as the scalar path) before
@@ -38,6 +40,8 @@
 #define QSYNC_TARGET_AVX2 __attribute__((target("avx2,fma,f16c")))
 #define QSYNC_TARGET_AVX512 \
   __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx2,fma,f16c")))
+#define QSYNC_TARGET_AVX512_BF16 \
+  __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512bf16,avx2,fma,f16c")))
 
 namespace qsync {
 namespace {
@@ -236,23 +240,46 @@ QSYNC_TARGET_AVX2 void fp16_to_fp32_avx2(const uint16_t* x, float* y, int64_t n)
 
 // ---- BF16 ---------------------------------------------------------------------------------
 
-QSYNC_TARGET_AVX512 void fp32_to_bf16_avx512(const float* x, uint16_t* y, int64_t n) {
+// The BF16 bits (in the low 16 of each lane) of 16 FP32 bit patterns: integer round to nearest
+// even, finite overflow saturated, inf kept, NaN quieted.
+QSYNC_TARGET_AVX512 inline __m512i bf16_bits_avx512(__m512i u) {
   const __m512i abs_mask = _mm512_set1_epi32(0x7fffffff);
   const __m512i inf_bits = _mm512_set1_epi32(FP32_INF_BITS);
-  const __m512i one = _mm512_set1_epi32(1);
+  const __m512i a = _mm512_and_si512(u, abs_mask);
+  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(a, 16), _mm512_set1_epi32(1));
+  __m512i r = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(a, _mm512_set1_epi32(0x7fff)), lsb), 16);
+  r = _mm512_min_epu32(r, _mm512_set1_epi32(0x7f7f));  // finite overflow saturates
+  r = _mm512_mask_mov_epi32(r, _mm512_cmpeq_epi32_mask(a, inf_bits), _mm512_set1_epi32(0x7f80));
+  const __m512i nan = _mm512_or_si512(_mm512_srli_epi32(a, 16), _mm512_set1_epi32(0x40));
+  r = _mm512_mask_mov_epi32(r, _mm512_cmpgt_epi32_mask(a, inf_bits), nan);
+  return _mm512_or_si512(r, _mm512_srli_epi32(_mm512_andnot_si512(abs_mask, u), 16));
+}
+
+QSYNC_TARGET_AVX512 void fp32_to_bf16_avx512(const float* x, uint16_t* y, int64_t n) {
   for (int64_t i = 0; i < n; i += 16) {
     const __mmask16 k = tail_mask16(n - i);
-    const __m512i u = _mm512_maskz_loadu_epi32(k, x + i);
-    const __m512i a = _mm512_and_si512(u, abs_mask);
-    const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(a, 16), one);
-    __m512i r = _mm512_srli_epi32(
-        _mm512_add_epi32(_mm512_add_epi32(a, _mm512_set1_epi32(0x7fff)), lsb), 16);
-    r = _mm512_min_epu32(r, _mm512_set1_epi32(0x7f7f));  // finite overflow saturates
-    r = _mm512_mask_mov_epi32(r, _mm512_cmpeq_epi32_mask(a, inf_bits), _mm512_set1_epi32(0x7f80));
-    const __m512i nan = _mm512_or_si512(_mm512_srli_epi32(a, 16), _mm512_set1_epi32(0x40));
-    r = _mm512_mask_mov_epi32(r, _mm512_cmpgt_epi32_mask(a, inf_bits), nan);
-    r = _mm512_or_si512(r, _mm512_srli_epi32(_mm512_andnot_si512(abs_mask, u), 16));
+    const __m512i r = bf16_bits_avx512(_mm512_maskz_loadu_epi32(k, x + i));
     _mm256_mask_storeu_epi16(y + i, k, _mm512_cvtepi32_epi16(r));
+  }
+}
+
+// VCVTNEPS2BF16 and its fix-ups (see the header comment): the same bits as fp32_to_bf16_avx512.
+QSYNC_TARGET_AVX512_BF16 void fp32_to_bf16_avx512_bf16(const float* x, uint16_t* y, int64_t n) {
+  const __m512i abs_mask = _mm512_set1_epi32(0x7fffffff);
+  const __m512i min_normal = _mm512_set1_epi32(0x00800000);
+  const __m512i max_finite = _mm512_set1_epi32(0x7f7f7fff);  // the largest |x| that rounds to a finite BF16
+  const __m512i inf_bits = _mm512_set1_epi32(FP32_INF_BITS);
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 k = tail_mask16(n - i);
+    const __m512 v = _mm512_maskz_loadu_ps(k, x + i);
+    __m256i r = reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(v));
+    const __m512i u = _mm512_castps_si512(v);
+    const __m512i a = _mm512_and_si512(u, abs_mask);
+    const __mmask16 redo = (_mm512_test_epi32_mask(a, a) & _mm512_cmplt_epu32_mask(a, min_normal)) |
+                           (_mm512_cmpgt_epu32_mask(a, max_finite) & _mm512_cmplt_epu32_mask(a, inf_bits));
+    if (redo != 0)  // subnormals (they round like any value there) and finite overflow
+      r = _mm256_mask_mov_epi16(r, redo, _mm512_cvtepi32_epi16(bf16_bits_avx512(u)));
+    _mm256_mask_storeu_epi16(y + i, k, r);
   }
 }
 
@@ -338,7 +365,9 @@ void convert_fp16_to_fp32(const uint16_t* x, float* y, int64_t n) {
 }
 
 void convert_fp32_to_bf16(const float* x, uint16_t* y, int64_t n) {
-  run(x, y, n, fp32_to_bf16_avx512, fp32_to_bf16_avx2, ref_loop<fp32_to_bf16_ref, float, uint16_t>);
+  const bool native = cpu_isa_active() >= CpuIsa::AVX512_BF16;
+  run(x, y, n, native ? fp32_to_bf16_avx512_bf16 : fp32_to_bf16_avx512, fp32_to_bf16_avx2,
+      ref_loop<fp32_to_bf16_ref, float, uint16_t>);
 }
 
 void convert_bf16_to_fp32(const uint16_t* x, float* y, int64_t n) {

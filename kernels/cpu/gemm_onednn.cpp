@@ -52,7 +52,10 @@ struct MatmulKey {
   int scale_mask;  // -1: no output scales, 0: one scale, 2: per column of C
   float beta;
   bool a_zero_point = false;  // u8 A with a runtime source zero point (see Int8Input)
-  auto tie() const { return std::tie(a_type, b_type, m, n, k, ta, tb, lda, ldb, ldc, scale_mask, beta, a_zero_point); }
+  bool bias = false;          // an FP32 (1, n) bias in the epilogue (only without scales and beta)
+  auto tie() const {
+    return std::tie(a_type, b_type, m, n, k, ta, tb, lda, ldb, ldc, scale_mask, beta, a_zero_point, bias);
+  }
   bool operator<(const MatmulKey& o) const { return tie() < o.tie(); }
 };
 
@@ -67,6 +70,9 @@ memory::desc matrix_desc(int64_t rows, int64_t cols, dt type, bool transposed, i
   const memory::dims strides = transposed ? memory::dims{1, ld} : memory::dims{ld, 1};
   return memory::desc({rows, cols}, type, strides);
 }
+
+// The bias of a (m, n) product: one FP32 row, broadcast down the columns.
+memory::desc bias_desc(int64_t n) { return memory::desc({1, n}, dt::f32, memory::dims{n, 1}); }
 
 // Builds the primitive, or returns nullopt-like empty impl when oneDNN rejects it.
 Matmul matmul_create(const MatmulKey& key) {
@@ -86,7 +92,9 @@ Matmul matmul_create(const MatmulKey& key) {
   }
   Matmul mm;
   try {
-    mm.pd = dnnl::matmul::primitive_desc(dnnl::matmul::desc(a, b, c), attr, cpu_engine());
+    const dnnl::matmul::desc desc = key.bias ? dnnl::matmul::desc(a, b, bias_desc(key.n), c)
+                                             : dnnl::matmul::desc(a, b, c);
+    mm.pd = dnnl::matmul::primitive_desc(desc, attr, cpu_engine());
     mm.prim = dnnl::matmul(mm.pd);
     mm.impl = mm.pd.impl_info_str();
   } catch (const dnnl::error&) {
@@ -299,7 +307,15 @@ class GemmBackendOnednn final : public GemmBackend {
     }
 
     const bool zero_point = int8_input == Int8Input::SHIFT_TO_U8;
-    const MatmulKey key{a_type, b_type, d.m, d.n, d.k, route_ta, route_tb, lda, ldb, ldc, mask, beta, zero_point};
+    // The bias rides in oneDNN's epilogue where it is the same single FP32 add as the pass after
+    // (acc + bias[j]): no output scales (they would scale the bias too) and no beta (the sum
+    // post-op comes after the bias, another order of adds).
+    MatmulKey key{a_type, b_type, d.m, d.n, d.k, route_ta, route_tb, lda, ldb, ldc, mask, beta, zero_point, false};
+    if (d.bias != nullptr && mask < 0 && !a_per_row && beta == 0.0f) {
+      key.bias = true;  // unless oneDNN has only its reference kernel with a bias here
+      if (is_ref_impl(matmul_cached(key).impl)) key.bias = false;
+    }
+    const bool bias_fused = key.bias;
     const Matmul& mm = matmul_cached(key);
     if (mm.impl.empty())
       throw GemmError("gemm: oneDNN has no matmul for " + std::string(precision_name(d.a.precision)) +
@@ -311,6 +327,7 @@ class GemmBackendOnednn final : public GemmBackend {
         {DNNL_ARG_WEIGHTS, memory(mm.pd.weights_desc(), eng, const_cast<void*>(b_ptr))},
         {DNNL_ARG_DST, memory(mm.pd.dst_desc(), eng, c_ptr)},
     };
+    if (bias_fused) args.emplace(DNNL_ARG_BIAS, memory(bias_desc(d.n), eng, const_cast<float*>(d.bias)));
     if (mask >= 0) {
       const memory::desc sd({scale_count}, dt::f32, memory::dims{1});
       args.emplace(DNNL_ARG_ATTR_OUTPUT_SCALES, memory(sd, eng, scales));
@@ -337,6 +354,7 @@ class GemmBackendOnednn final : public GemmBackend {
           out[j] = s_i * tmp[j] + (d.beta == 0.0f ? 0.0f : d.beta * out[j]);
       }
     }
+    if (!bias_fused) gemm_add_bias_rows(d);
   }
 };
 

@@ -122,9 +122,9 @@ void CudaMatmulEngine::Impl::run_float(const CudaMatmul& mm, const GemmDesc& d) 
   if (d.a.precision != d.b.precision)
     throw GemmError(std::string("gemm: cuda: floating-point operands must share a precision, got a = ") +
                     precision_name(d.a.precision) + ", b = " + precision_name(d.b.precision) + "; convert one first");
-  if (mm.bias != nullptr && mm.row_sums_of_a != nullptr)
+  if (mm.gemm.bias != nullptr && mm.row_sums_of_a != nullptr)
     throw GemmError("gemm: cuda: a bias and a bias gradient in one GEMM are not supported");
-  if (mm.batch > 1 && (mm.bias != nullptr || mm.row_sums_of_a != nullptr))
+  if (mm.batch > 1 && (mm.gemm.bias != nullptr || mm.row_sums_of_a != nullptr))
     throw GemmError("gemm: cuda: batched GEMMs take no bias epilogue");
   LtPlanKey key;
   key.compute = d.a.precision == Precision::TF32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
@@ -144,10 +144,10 @@ void CudaMatmulEngine::Impl::run_float(const CudaMatmul& mm, const GemmDesc& d) 
   key.stride_a = mm.stride_b;
   key.stride_b = mm.stride_a;
   key.stride_d = mm.stride_c;
-  key.epilogue = mm.bias != nullptr ? CUBLASLT_EPILOGUE_BIAS
+  key.epilogue = mm.gemm.bias != nullptr ? CUBLASLT_EPILOGUE_BIAS
                                     : (mm.row_sums_of_a != nullptr ? CUBLASLT_EPILOGUE_BGRADB : CUBLASLT_EPILOGUE_DEFAULT);
   LtPlanPointers ptrs{d.b.data, d.a.data, d.c, nullptr, nullptr, nullptr};
-  if (mm.bias != nullptr) ptrs.bias = mm.bias;
+  if (mm.gemm.bias != nullptr) ptrs.bias = mm.gemm.bias;
   if (mm.row_sums_of_a != nullptr) ptrs.bias = bias_out.get(size_t(d.m) * sizeof(float), stream);
   lt_plan_key_alignments(key, ptrs);
   const LtPlan* p = &plan(key, ptrs);
@@ -162,9 +162,9 @@ void CudaMatmulEngine::Impl::run_float(const CudaMatmul& mm, const GemmDesc& d) 
   }
   const float alpha = 1.0f, beta = d.beta;
   execute(*p, ptrs, &alpha, &beta);
-  if (mm.bias != nullptr && !fused) {
+  if (mm.gemm.bias != nullptr && !fused) {
     bias_rows_kernel<<<unsigned(std::min<int64_t>((d.m * d.n + 255) / 256, 65535)), 256, 0, stream>>>(d.c, d.m, d.n,
-                                                                                                      d.ldc, mm.bias);
+                                                                                                      d.ldc, mm.gemm.bias);
   }
   if (mm.row_sums_of_a != nullptr) {
     if (d.a.precision != Precision::FP32 && d.a.precision != Precision::TF32)
@@ -239,7 +239,7 @@ void CudaMatmulEngine::Impl::run_quantized(const CudaMatmul& mm, const GemmDesc&
   const bool per_tensor = d.a.scale_mode != ScaleMode::PER_CHANNEL && d.b.scale_mode != ScaleMode::PER_CHANNEL;
   const bool direct = !int8 && per_tensor && m_p == d.m && n_p == d.n && d.ldc % 4 == 0 &&
                       lt_pointer_alignment(d.c) >= 16;
-  EpilogueScales scales{d.a.scales, d.a.scale_mode, d.b.scales, d.b.scale_mode, mm.bias};
+  EpilogueScales scales{d.a.scales, d.a.scale_mode, d.b.scales, d.b.scale_mode, mm.gemm.bias};
   if (int8) {
     key.compute = CUBLAS_COMPUTE_32I;
     key.scale_type = CUDA_R_32I;
@@ -271,9 +271,9 @@ void CudaMatmulEngine::Impl::run_quantized(const CudaMatmul& mm, const GemmDesc&
   } else if (direct) {
     const float alpha = 1.0f, beta = d.beta;
     execute(p, ptrs, &alpha, &beta);
-    if (mm.bias != nullptr)
+    if (mm.gemm.bias != nullptr)
       bias_rows_kernel<<<unsigned(std::min<int64_t>((d.m * d.n + 255) / 256, 65535)), 256, 0, stream>>>(d.c, d.m, d.n,
-                                                                                                        d.ldc, mm.bias);
+                                                                                                        d.ldc, mm.gemm.bias);
   } else {
     const float alpha = 1.0f, beta = 0.0f;
     execute(p, ptrs, &alpha, &beta);

@@ -27,8 +27,7 @@
 namespace qsync {
 
 struct CudaMatmul {
-  GemmDesc gemm;  // device pointers; ld 0 = packed
-  const float* bias = nullptr;     // (n) FP32: C[i, j] += bias[j] after the product
+  GemmDesc gemm;  // device pointers, the bias among them; ld 0 = packed
   float* row_sums_of_a = nullptr;  // (m) FP32 += sum_k op(A)[i, k]; floating-point A only
   // `batch` GEMMs, operand i at data + i * stride (elements); floating-point precisions only.
   int64_t batch = 1, stride_a = 0, stride_b = 0, stride_c = 0;

@@ -51,6 +51,7 @@ void gemm_ref(const GemmDesc& in) {
       *c = float(sa * operand_scale(d.b, j) * acc + prev);
     }
   }
+  gemm_add_bias_rows(d);
 }
 
 const GemmBackend* gemm_backend_ref() {

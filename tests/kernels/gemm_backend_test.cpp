@@ -5,7 +5,9 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstring>
 #include <thread>
+#include <tuple>
 
 #include "kernels/device_class.h"
 
@@ -62,9 +64,10 @@ const Transpose TRANSPOSE_CASES[][2] = {
     {Transpose::YES, Transpose::YES},  // not used by training; still must be right
 };
 
-// Runs `backend` and `ref` on one problem and returns the NMSE between them.
+// Runs `backend` and `ref` on one problem (with a bias epilogue when `bias`) and returns the NMSE
+// between them.
 double compare_with_ref(const GemmBackend& backend, const PrecisionCase& pc, Transpose ta, Transpose tb,
-                        testing::Shape s, int64_t pad, float beta, uint32_t seed) {
+                        testing::Shape s, int64_t pad, float beta, uint32_t seed, bool bias = false) {
   std::mt19937 rng(seed);
   const bool a_t = ta == Transpose::YES, b_t = tb == Transpose::YES;
   const int64_t a_rows = a_t ? s.k : s.m, a_cols = a_t ? s.m : s.k;
@@ -77,16 +80,30 @@ double compare_with_ref(const GemmBackend& backend, const PrecisionCase& pc, Tra
   std::normal_distribution<float> dist;
   for (auto& v : c0) v = dist(rng);
   std::vector<float> c_backend = c0, c_ref = c0;
+  std::vector<float> bias_values(size_t(s.n));
+  for (auto& v : bias_values) v = dist(rng);
   GemmDesc d;
   d.m = s.m, d.n = s.n, d.k = s.k;
   d.a = a.op, d.b = b.op;
   d.ldc = ldc;
   d.beta = beta;
+  if (bias) d.bias = bias_values.data();
   d.c = c_ref.data();
   gemm_ref(d);
   d.c = c_backend.data();
   backend.gemm(d);
-  return nmse(c_backend.data(), c_ref.data(), s.m, s.n, ldc);
+  if (!bias) return nmse(c_backend.data(), c_ref.data(), s.m, s.n, ldc);
+  // The bias is one FP32 add on each side, rounding at the larger of the product and the bias:
+  // normalized by both (a bias of the opposite sign would cancel the output's own energy, and a
+  // small product's one-ulp difference is measured against the bias it was added to).
+  double num = 0, den = 0;
+  for (int64_t i = 0; i < s.m; ++i)
+    for (int64_t j = 0; j < s.n; ++j) {
+      const double x = c_backend[size_t(i * ldc + j)], y = c_ref[size_t(i * ldc + j)], b = bias_values[size_t(j)];
+      num += (x - y) * (x - y);
+      den += (y - b) * (y - b) + b * b;
+    }
+  return den == 0 ? num : num / den;
 }
 
 TEST(GemmRef, HandComputed2x2) {
@@ -131,11 +148,13 @@ TEST_P(GemmBackendVsRef, AllPrecisionsShapesAndTransposes) {
         GemmSignature sig{pc.a, pc.b, s.m, s.n, s.k, t[0], t[1], 0, 0, 0, pc.a_unsigned};
         const GemmSupport sup = backend.supports(sig);
         if (!sup.ok()) continue;  // the backend says so; unsupported calls are tested below
-        for (const auto& [pad, beta] : {std::pair<int64_t, float>{0, 0.0f}, {3, 0.5f}}) {
+        // With and without the bias epilogue: fused by oneDNN (no scales, beta 0) or a pass after.
+        for (const auto& [pad, beta, bias] : {std::tuple<int64_t, float, bool>{0, 0.0f, false},
+                                              {3, 0.5f, false}, {0, 0.0f, true}, {3, 0.5f, true}}) {
           SCOPED_TRACE(pc.name + " " + testing::transpose_case_name(t[0], t[1]) + " m=" + std::to_string(s.m) +
                        " n=" + std::to_string(s.n) + " k=" + std::to_string(s.k) + " pad=" + std::to_string(pad) +
-                       " via " + sup.detail);
-          EXPECT_LE(compare_with_ref(backend, pc, t[0], t[1], s, pad, beta, seed++), pc.max_nmse);
+                       (bias ? " bias" : "") + " via " + sup.detail);
+          EXPECT_LE(compare_with_ref(backend, pc, t[0], t[1], s, pad, beta, seed++, bias), pc.max_nmse);
         }
       }
 }
@@ -158,7 +177,8 @@ TEST(GemmBackendCpu, AgreesWithRefUnderEveryCpuDeviceClass) {
           for (const testing::Shape& s : testing::awkward_shapes()) {
             GemmSignature sig{pc.a, pc.b, s.m, s.n, s.k, t[0], t[1], 0, 0, 0, pc.a_unsigned};
             if (!cpu.supports(sig).ok()) continue;
-            const double e = compare_with_ref(cpu, pc, t[0], t[1], s, 1, 0.5f, seed++);
+            const bool bias = seed % 2 == 0;  // half the problems with the bias epilogue, beta 0 then
+            const double e = compare_with_ref(cpu, pc, t[0], t[1], s, 1, bias ? 0.0f : 0.5f, seed++, bias);
             if (!(e <= pc.max_nmse)) {
               std::fprintf(stderr, "%s: %s %s m=%ld n=%ld k=%ld nmse=%g (bound %g)\n", c.name.c_str(), pc.name.c_str(),
                            testing::transpose_case_name(t[0], t[1]).c_str(), long(s.m), long(s.n), long(s.k), e,
@@ -184,6 +204,35 @@ TEST(GemmBackendCpu, FormsTheTrainingPrecisionsNatively) {
   }
   GemmSignature fp8{Precision::FP8_E4M3, Precision::FP8_E4M3, 64, 64, 64, Transpose::NO, Transpose::YES};
   EXPECT_EQ(cpu.supports(fp8).level, SupportLevel::EMULATED);
+}
+
+// The bias oneDNN adds in its epilogue is the one FP32 add of the pass it replaces: bit for bit
+// the product plus bias[j], so training results do not depend on which path a GEMM took.
+TEST(GemmBackendCpu, FusedBiasRoundsAsTheAddAfterTheProduct) {
+  const GemmBackend& cpu = gemm_backend_by_name("cpu");
+  std::mt19937 rng(7);
+  for (const testing::Shape& s : testing::awkward_shapes())
+    for (Precision p : {Precision::FP32, Precision::BF16}) {
+      if (!cpu.supports({p, p, s.m, s.n, s.k, Transpose::NO, Transpose::YES}).ok()) continue;
+      auto a = make_operand(p, Transpose::NO, s.m, s.k, s.k, ScaleMode::NONE, rng, true);
+      auto b = make_operand(p, Transpose::YES, s.n, s.k, s.k, ScaleMode::NONE, rng, false);
+      std::normal_distribution<float> dist;
+      std::vector<float> bias(size_t(s.n)), fused(size_t(s.m * s.n)), after(size_t(s.m * s.n));
+      for (auto& v : bias) v = dist(rng);
+      GemmDesc d;
+      d.m = s.m, d.n = s.n, d.k = s.k;
+      d.a = a.op, d.b = b.op;
+      d.c = after.data();
+      cpu.gemm(d);
+      for (int64_t i = 0; i < s.m; ++i)
+        for (int64_t j = 0; j < s.n; ++j) after[size_t(i * s.n + j)] += bias[size_t(j)];
+      d.c = fused.data();
+      d.bias = bias.data();
+      cpu.gemm(d);
+      SCOPED_TRACE(std::string(precision_name(p)) + " m=" + std::to_string(s.m) + " n=" + std::to_string(s.n) +
+                   " k=" + std::to_string(s.k));
+      EXPECT_EQ(0, std::memcmp(fused.data(), after.data(), fused.size() * sizeof(float)));
+    }
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -53,7 +53,7 @@ void tp_block_shard_reset(TpBlockShard& s, int64_t batch, int64_t max_tokens) {
   s.v_cache.assign(n, 0.0f);
 }
 
-void tp_gemm_xwt(const float* x, const float* w, int64_t M, int64_t N, int64_t K, float* y) {
+void tp_gemm_xwt(const float* x, const float* w, int64_t M, int64_t N, int64_t K, float* y, const float* bias) {
   GemmDesc d;
   d.m = M;
   d.n = N;
@@ -63,6 +63,7 @@ void tp_gemm_xwt(const float* x, const float* w, int64_t M, int64_t N, int64_t K
   d.c = y;
   d.ldc = N;
   d.beta = 0.0f;
+  d.bias = bias;
   gemm_backend_for_host(gemm_signature(d)).gemm(d);
 }
 
@@ -74,9 +75,7 @@ void tp_attention_partial(TpBlockShard& s, const float* x, int64_t batch, int64_
                           int64_t max_tokens, float* y) {
   const int64_t C = s.width, hs = s.head_size, Hl = s.local_heads, Cl = Hl * hs, M = batch * t_new;
   std::vector<float> qkv(size_t(M * 3 * Cl));  // (M, 3 Cl): [Q | K | V] of the local heads
-  tp_gemm_xwt(x, s.qkv_weight.data(), M, 3 * Cl, C, qkv.data());
-  for (int64_t m = 0; m < M; ++m)
-    for (int64_t j = 0; j < 3 * Cl; ++j) qkv[size_t(m * 3 * Cl + j)] += s.qkv_bias[size_t(j)];
+  tp_gemm_xwt(x, s.qkv_weight.data(), M, 3 * Cl, C, qkv.data(), s.qkv_bias.data());
   // Append the new keys and values: cache (B, Hl, T_max, hs).
   for (int64_t b = 0; b < batch; ++b)
     for (int64_t h = 0; h < Hl; ++h)
@@ -124,9 +123,7 @@ void tp_attention_partial(TpBlockShard& s, const float* x, int64_t batch, int64_
 void tp_mlp_partial(const TpBlockShard& s, const float* x, int64_t rows, float* z) {
   const int64_t C = s.width, Fl = s.mlp_local;
   std::vector<float> hidden(size_t(rows * Fl));  // (M, Fl)
-  tp_gemm_xwt(x, s.fc1_weight.data(), rows, Fl, C, hidden.data());
-  for (int64_t m = 0; m < rows; ++m)
-    for (int64_t j = 0; j < Fl; ++j) hidden[size_t(m * Fl + j)] += s.fc1_bias[size_t(j)];
+  tp_gemm_xwt(x, s.fc1_weight.data(), rows, Fl, C, hidden.data(), s.fc1_bias.data());
   gelu_buffer(hidden.data(), hidden.data(), nullptr, int64_t(hidden.size()));  // the training GELU, in place
   tp_gemm_xwt(hidden.data(), s.fc2_weight.data(), rows, C, Fl, z);
 }

@@ -48,7 +48,8 @@ void tp_mlp_partial(const TpBlockShard& s, const float* x, int64_t rows, float* 
 // y (rows, C) = LayerNorm(x) with gain g and bias b (worker/layers/layernorm.h: the training engine's arithmetic).
 void tp_layernorm(const float* x, const float* g, const float* b, int64_t rows, int64_t C, float* y);
 
-// y (M, N) = x (M, K) W^T, W (N, K), FP32 on the host GEMM backend (beta 0).
-void tp_gemm_xwt(const float* x, const float* w, int64_t M, int64_t N, int64_t K, float* y);
+// y (M, N) = x (M, K) W^T (+ bias (N) on every row), W (N, K), FP32 on the host GEMM backend (beta 0).
+void tp_gemm_xwt(const float* x, const float* w, int64_t M, int64_t N, int64_t K, float* y,
+                 const float* bias = nullptr);
 
 }  // namespace qsync

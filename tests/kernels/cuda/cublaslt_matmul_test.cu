@@ -59,7 +59,7 @@ TEST(CudaMatmulEngine, BiasEpilogueAddsToEveryRow) {
   CudaBuffer dc(size_t(m * n) * 4);
   CudaMatmulEngine engine(nullptr);
   CudaMatmul mm = fp32_gemm(da, Transpose::NO, db, Transpose::YES, dc, m, n, k);
-  mm.bias = dbias.as<float>();
+  mm.gemm.bias = dbias.as<float>();
   engine.run(mm);
   QSYNC_CUDA_CHECK(cudaDeviceSynchronize());
   const auto c = dc.download_vector<float>(size_t(m * n));

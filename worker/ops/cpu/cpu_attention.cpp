@@ -22,6 +22,7 @@
 #include <limits>
 #include <vector>
 
+#include "worker/ops/cpu/tile_transpose.h"
 #include "worker/ops/cpu/vector_math.h"
 #include "worker/ops/cpu_ops.h"
 
@@ -175,11 +176,35 @@ void combine_seen_by(const float* w, int64_t T, bool causal, const float* rows, 
 // t2 = 0, 1, ... in order: a lone row's sum waits on every add before it.
 constexpr int64_t ROW_GROUP = 8;
 
+// row_sums for a group of 8 rows: 8x8 tiles read transposed, one row per lane, so each lane adds
+// its row's entries in t2 order (the scalar loop's adds), from contiguous loads.
+__attribute__((target("avx2"))) void row_sums8(const float* a, const float* b, int64_t T, int64_t n, float* sums) {
+  __m256 ta[8], tb[8];
+  __m256 acc = _mm256_setzero_ps();
+  int64_t t2 = 0;
+  for (; t2 + 8 <= n; t2 += 8) {
+    load_tile_transposed(a + t2, T, ta);
+    if (b == nullptr) {
+      for (int j = 0; j < 8; ++j) acc = _mm256_add_ps(acc, ta[j]);
+    } else {
+      load_tile_transposed(b + t2, T, tb);
+      for (int j = 0; j < 8; ++j) acc = _mm256_add_ps(acc, _mm256_mul_ps(ta[j], tb[j]));
+    }
+  }
+  _mm256_storeu_ps(sums, acc);
+  for (; t2 < n; ++t2)
+    for (int g = 0; g < 8; ++g) sums[g] += b == nullptr ? a[g * T + t2] : a[g * T + t2] * b[g * T + t2];
+}
+
 // sums[g] = sum over t2 < n of a[g * T + t2] (times b[g * T + t2] when b is given), for g < G,
 // each from 0 in t2 order. Past a row's visible part its entries are zeros (adding +0 to these
 // sums, which are never -0, changes nothing).
 template <int64_t G>
 void row_sums(const float* a, const float* b, int64_t T, int64_t n, float* sums) {
+  if constexpr (G == 8) {
+    row_sums8(a, b, T, n, sums);
+    return;
+  }
   float acc[G] = {};
   if (b == nullptr)
     for (int64_t t2 = 0; t2 < n; ++t2)

@@ -3,13 +3,16 @@
 // their plain per-row loops (the _ref oracle). A row's mean, variance and gradient means are
 // sums over its C channels in order; summed one row at a time, each add waits for the one
 // before (about 3 cycles), so the kernels here sum LAYERNORM_ROW_GROUP rows side by side: the
-// same adds in the same order for every row, independent of each other. The results are bit
-// for bit the _ref's (-ffp-contract=off fuses nothing).
+// same adds in the same order for every row, independent of each other. A group of 8 rows reads
+// 8x8 tiles and transposes them in registers (tile_transpose.h), so that one AVX2 lane follows
+// one row: lane g adds row g's channels in their order. The results are bit for bit the _ref's (-ffp-contract=off
+// fuses nothing, and the intrinsics multiply and add separately).
 #include <cmath>
 #include <stdexcept>
 #include <string>
 
 #include "worker/ops/cpu/cpu_kernels.h"
+#include "worker/ops/cpu/tile_transpose.h"
 #include "worker/ops/cpu_ops.h"
 
 namespace qsync {
@@ -70,18 +73,53 @@ namespace {
 
 constexpr int64_t LAYERNORM_ROW_GROUP = 8;
 
+// The sums of one group of 8 rows (x: (8, C) from the group's first row): mean[g] = sum_c x / C
+// and var[g] = sum_c (x - mean)^2 / C, each row's channels in order (the _ref's adds).
+__attribute__((target("avx2"))) void layernorm_moments8(const float* x, int64_t C, float mean[8], float var[8]) {
+  __m256 t[8];
+  __m256 m = _mm256_setzero_ps();
+  int64_t c = 0;
+  for (; c + 8 <= C; c += 8) {
+    load_tile_transposed(x + c, C, t);
+    for (int j = 0; j < 8; ++j) m = _mm256_add_ps(m, t[j]);
+  }
+  _mm256_storeu_ps(mean, m);
+  for (int64_t cc = c; cc < C; ++cc)
+    for (int g = 0; g < 8; ++g) mean[g] += x[g * C + cc];
+  for (int g = 0; g < 8; ++g) mean[g] /= float(C);
+  m = _mm256_loadu_ps(mean);
+  __m256 v = _mm256_setzero_ps();
+  for (c = 0; c + 8 <= C; c += 8) {
+    load_tile_transposed(x + c, C, t);
+    for (int j = 0; j < 8; ++j) {
+      const __m256 d = _mm256_sub_ps(t[j], m);
+      v = _mm256_add_ps(v, _mm256_mul_ps(d, d));
+    }
+  }
+  _mm256_storeu_ps(var, v);
+  for (int64_t cc = c; cc < C; ++cc)
+    for (int g = 0; g < 8; ++g) {
+      const float d = x[g * C + cc] - mean[g];
+      var[g] += d * d;
+    }
+}
+
 template <int64_t G>
 void layernorm_group(const float* x, const float* weight, const float* bias, int64_t C, float* y, float* xhat,
                      float* rstd) {  // x, y, xhat: (G, C) from the group's first row; rstd (G)
   float mean[G] = {}, var[G] = {}, s[G];
-  for (int64_t c = 0; c < C; ++c)
-    for (int64_t g = 0; g < G; ++g) mean[g] += x[g * C + c];
-  for (int64_t g = 0; g < G; ++g) mean[g] /= float(C);
-  for (int64_t c = 0; c < C; ++c)
-    for (int64_t g = 0; g < G; ++g) {
-      const float d = x[g * C + c] - mean[g];
-      var[g] += d * d;
-    }
+  if constexpr (G == 8) {
+    layernorm_moments8(x, C, mean, var);
+  } else {
+    for (int64_t c = 0; c < C; ++c)
+      for (int64_t g = 0; g < G; ++g) mean[g] += x[g * C + c];
+    for (int64_t g = 0; g < G; ++g) mean[g] /= float(C);
+    for (int64_t c = 0; c < C; ++c)
+      for (int64_t g = 0; g < G; ++g) {
+        const float d = x[g * C + c] - mean[g];
+        var[g] += d * d;
+      }
+  }
   for (int64_t g = 0; g < G; ++g) s[g] = 1.0f / std::sqrt(var[g] / float(C) + LAYERNORM_EPS);
   for (int64_t g = 0; g < G; ++g) {
     const float* xr = x + g * C;
@@ -123,16 +161,46 @@ void CpuOps::layernorm_forward(const Tensor& x, const Tensor& w, const Tensor& b
 
 namespace {
 
+// A group of 8 rows' gradient sums: dm[g] = sum_c w[c] dy[g, c] and dmn[g] = sum_c w[c] dy[g, c]
+// xhat[g, c], each row's channels in order.
+__attribute__((target("avx2"))) void layernorm_dnorm_sums8(const float* dy, const float* xhat, const float* w,
+                                                           int64_t C, float dm[8], float dmn[8]) {
+  __m256 td[8], tx[8];
+  __m256 a = _mm256_setzero_ps(), b = _mm256_setzero_ps();
+  int64_t c = 0;
+  for (; c + 8 <= C; c += 8) {
+    load_tile_transposed(dy + c, C, td);
+    load_tile_transposed(xhat + c, C, tx);
+    for (int j = 0; j < 8; ++j) {
+      const __m256 dnorm = _mm256_mul_ps(_mm256_set1_ps(w[c + j]), td[j]);
+      a = _mm256_add_ps(a, dnorm);
+      b = _mm256_add_ps(b, _mm256_mul_ps(dnorm, tx[j]));
+    }
+  }
+  _mm256_storeu_ps(dm, a);
+  _mm256_storeu_ps(dmn, b);
+  for (; c < C; ++c)
+    for (int g = 0; g < 8; ++g) {
+      const float dnorm = w[c] * dy[g * C + c];
+      dm[g] += dnorm;
+      dmn[g] += dnorm * xhat[g * C + c];
+    }
+}
+
 template <int64_t G>
 void layernorm_dx_group(const float* dy, const float* xhat, const float* rstd, const float* w, int64_t C,
                         float* dx) {  // dy, xhat, dx: (G, C) from the group's first row; rstd (G)
   float dnorm_mean[G] = {}, dnorm_norm_mean[G] = {};
-  for (int64_t c = 0; c < C; ++c)
-    for (int64_t g = 0; g < G; ++g) {
-      const float dnorm = w[c] * dy[g * C + c];
-      dnorm_mean[g] += dnorm;
-      dnorm_norm_mean[g] += dnorm * xhat[g * C + c];
-    }
+  if constexpr (G == 8) {
+    layernorm_dnorm_sums8(dy, xhat, w, C, dnorm_mean, dnorm_norm_mean);
+  } else {
+    for (int64_t c = 0; c < C; ++c)
+      for (int64_t g = 0; g < G; ++g) {
+        const float dnorm = w[c] * dy[g * C + c];
+        dnorm_mean[g] += dnorm;
+        dnorm_norm_mean[g] += dnorm * xhat[g * C + c];
+      }
+  }
   for (int64_t g = 0; g < G; ++g) {
     const float m = dnorm_mean[g] / float(C), mn = dnorm_norm_mean[g] / float(C);
     for (int64_t c = 0; c < C; ++c) dx[g * C + c] = rstd[g] * (w[c] * dy[g * C + c] - m - xhat[g * C + c] * mn);

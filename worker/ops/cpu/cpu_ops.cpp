@@ -84,14 +84,8 @@ void CpuOps::matmul(const Tensor& a, Transpose ta, const Tensor& b, Transpose tb
   d.c = c.f32();
   d.ldc = d.n;
   d.beta = o.beta;
+  if (o.bias != nullptr) d.bias = o.bias->f32();  // y (m, n) += b[j], after the product
   gemm_backend_for_host(gemm_signature(d)).gemm(d);
-  if (o.bias != nullptr) {  // y (m, n) += b[j], after the product
-    float* yp = c.f32();
-    const float* bp = o.bias->f32();
-#pragma omp parallel for if (d.m * d.n > (1 << 16))
-    for (int64_t i = 0; i < d.m; ++i)
-      for (int64_t j = 0; j < d.n; ++j) yp[i * d.n + j] += bp[j];
-  }
   if (o.row_sums_of_a != nullptr) {  // sums[i] += sum_k op(a)[i, k], in the stored rows' order
     if (a.precision() != Precision::FP32 && a.precision() != Precision::TF32)
       throw std::logic_error("matmul: row sums of an A operand in " + std::string(precision_name(a.precision())) +

@@ -163,7 +163,7 @@ void CudaOps::matmul(const Tensor& a, Transpose ta, const Tensor& b, Transpose t
   d.c = c.as<float>();
   d.ldc = d.n;
   d.beta = o.beta;
-  if (o.bias != nullptr) mm.bias = o.bias->as<float>();
+  if (o.bias != nullptr) mm.gemm.bias = o.bias->as<float>();
   if (o.row_sums_of_a != nullptr) mm.row_sums_of_a = o.row_sums_of_a->as<float>();
   matmul_->run(mm);
 }
