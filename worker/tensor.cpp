@@ -4,6 +4,8 @@
 #include "worker/tensor.h"
 
 #include <malloc.h>
+#include <omp.h>
+#include <sys/mman.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -112,7 +114,53 @@ HostBlockCache& host_block_cache() {
   return *cache;
 }
 
+// One thread's part of host_heap_prefault: blocks under the mmap threshold (so from the heap,
+// not fresh mmaps), each page written, freed in reverse so they merge back into the top chunk.
+void prefault_this_thread(size_t bytes) {
+  constexpr size_t BLOCK = size_t(4) << 20, PAGE = 4096;
+  std::vector<char*> blocks;
+  for (size_t done = 0; done < bytes; done += BLOCK) {
+    char* p = static_cast<char*>(std::malloc(BLOCK));
+    if (p == nullptr) break;  // nothing to gain then: the steady state will fault, not fail
+    for (size_t i = 0; i < BLOCK; i += PAGE) p[i] = 0;
+    asm volatile("" : : "r"(p) : "memory");  // the writes are the point: keep them and the malloc
+    blocks.push_back(p);
+  }
+  for (auto it = blocks.rbegin(); it != blocks.rend(); ++it) std::free(*it);
+}
+
+// The main arena's holes: a block freed in the middle of the heap may hold pages nobody wrote (a
+// buffer only partly used), which the next blocks carved from it touch first. Asks the kernel to
+// populate every page of the [heap] mapping (pages already there are left as they are). Linux
+// 5.14 and later; elsewhere madvise refuses and the holes keep faulting, which is all it costs.
+void populate_main_heap() {
+#ifndef MADV_POPULATE_WRITE
+  constexpr int MADV_POPULATE_WRITE = 23;  // <linux/mman.h>; older headers lack the name
+#endif
+  std::FILE* maps = std::fopen("/proc/self/maps", "r");
+  if (maps == nullptr) return;
+  char line[512];
+  while (std::fgets(line, sizeof line, maps) != nullptr) {
+    if (std::strstr(line, "[heap]") == nullptr) continue;
+    unsigned long begin = 0, end = 0;
+    if (std::sscanf(line, "%lx-%lx", &begin, &end) == 2 && end > begin)
+      madvise(reinterpret_cast<void*>(begin), end - begin, MADV_POPULATE_WRITE);
+    break;
+  }
+  std::fclose(maps);
+}
+
 }  // namespace
+
+void host_heap_prefault(size_t bytes) {
+  host_block_cache();  // its mallopt settings first: the freed top must not be trimmed
+  prefault_this_thread(bytes);
+  populate_main_heap();
+#pragma omp parallel
+  {
+    if (omp_get_thread_num() != 0) prefault_this_thread(bytes);
+  }
+}
 
 Tensor::Storage::~Storage() {
   if (memory != nullptr) memory->release(ptr, bytes);

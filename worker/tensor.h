@@ -49,6 +49,18 @@ class MemoryAccount {
 
 std::string format_mib(int64_t bytes);  // "812 MiB" / "1.5 MiB"
 
+// Writes one byte per page of `bytes` of glibc heap past what is in use, on the calling thread
+// and on every thread of its OpenMP team (each allocates from its own arena), then frees it: freed
+// top memory stays mapped (the trim threshold is 1 GiB), so blocks that land there later (the
+// libraries' per-call buffers, e.g. oneDNN's INT8 GEMM packing) find touched pages instead of
+// page-faulting in the middle of a step. The main arena's holes (pages of freed blocks that
+// nobody wrote) are populated too, with madvise(MADV_POPULATE_WRITE) where the kernel has it.
+// The trainer calls it after every step that faulted (the first, and any whose buffers moved the
+// heap's high-water mark).
+void host_heap_prefault(size_t bytes);
+// The trainer's headroom: more than the libraries' per-call buffers of the zoo models reach.
+inline constexpr size_t HOST_HEAP_HEADROOM_BYTES = size_t(16) << 20;
+
 class Tensor;
 // `t` itself when it is in host memory, else a synchronous copy into fresh (unaccounted) host
 // memory, scales included: for checks, hashes, checkpoints and tests, not for the step's hot path.

@@ -121,14 +121,19 @@ uint64_t uniform_below(std::mt19937_64& rng, uint64_t bound) {
 }
 
 std::vector<int64_t> epoch_permutation(int64_t n, uint64_t seed, int64_t epoch) {
-  std::vector<int64_t> order(size_t(std::max<int64_t>(n, 0)));
+  std::vector<int64_t> order;
+  epoch_permutation_into(n, seed, epoch, order);
+  return order;
+}
+
+void epoch_permutation_into(int64_t n, uint64_t seed, int64_t epoch, std::vector<int64_t>& order) {
+  order.resize(size_t(std::max<int64_t>(n, 0)));  // same n every epoch: no allocation past the first
   std::iota(order.begin(), order.end(), int64_t(0));
   std::mt19937_64 rng(loader_stream_seed(seed, IMAGE_EPOCH_STREAM + uint64_t(epoch) * 0x100000001b3ULL));
   for (int64_t i = n - 1; i > 0; --i) {
     int64_t j = int64_t(uniform_below(rng, uint64_t(i) + 1));
     std::swap(order[size_t(i)], order[size_t(j)]);
   }
-  return order;
 }
 
 // ---- images -----------------------------------------------------------------------------------
@@ -152,7 +157,7 @@ void ImageBatchLoader::set_position(LoaderPosition p) {
 
 const std::vector<int64_t>& ImageBatchLoader::permutation(int64_t epoch) const {
   if (cached_epoch_ != epoch) {
-    cached_permutation_ = epoch_permutation(data_->count, seed_, epoch);
+    epoch_permutation_into(data_->count, seed_, epoch, cached_permutation_);
     cached_epoch_ = epoch;
   }
   return cached_permutation_;

@@ -77,6 +77,8 @@ uint64_t loader_stream_seed(uint64_t seed, uint64_t stream);
 uint64_t uniform_below(std::mt19937_64& rng, uint64_t bound);
 // The sample order of `epoch`: a permutation of 0..n-1 (Fisher-Yates).
 std::vector<int64_t> epoch_permutation(int64_t n, uint64_t seed, int64_t epoch);
+// The same into `order`, reusing its buffer (a new epoch allocates nothing in the steady state).
+void epoch_permutation_into(int64_t n, uint64_t seed, int64_t epoch, std::vector<int64_t>& order);
 
 class ImageBatchLoader {
  public:

@@ -59,6 +59,20 @@ TEST(EpochPermutation, DeterministicPerSeedAndEpochAndAPermutation) {
   EXPECT_EQ(epoch_permutation(1, 1, 0), std::vector<int64_t>{0});
 }
 
+// The loader refills one buffer each epoch: the same order as a fresh one, whatever the buffer
+// held, and no reallocation once it has the dataset's size.
+TEST(EpochPermutation, RefillingABufferGivesTheSameOrderWithoutReallocating) {
+  std::vector<int64_t> order = {5, 5, 5};
+  epoch_permutation_into(1000, 42, 0, order);
+  EXPECT_EQ(order, epoch_permutation(1000, 42, 0));
+  const int64_t* data = order.data();
+  epoch_permutation_into(1000, 42, 1, order);
+  EXPECT_EQ(order, epoch_permutation(1000, 42, 1));
+  EXPECT_EQ(order.data(), data);
+  epoch_permutation_into(0, 42, 2, order);
+  EXPECT_TRUE(order.empty());
+}
+
 TEST(EpochPermutation, PinnedOrderIsPortable) {
   // mt19937_64's output is fixed by the standard and the draws are ours, so this order is the same
   // with every compiler and standard library; a change here changes every training run's data order.
