@@ -1,12 +1,19 @@
 // File: kernels/cpu/conv_onednn.h
 // Convolutions on oneDNN's convolution primitives (direct JIT kernels in blocked layouts) for the
 // host engine: forward in FP32, BF16 (where the ISA has BF16 dot products) and INT8 (s8 x s8 with
-// per-tensor x and per-output-channel w scales, where the ISA has VNNI: without it oneDNN halves
-// the weights to dodge vpmaddubsw saturation, which is not exact), backward data and backward
-// weights in FP32 and BF16. Tensors are NCHW and OIHW (packed) in the caller's memory; oneDNN's
-// blocked copies live in per-thread buffers that grow to the largest call and are reused.
+// per-tensor x and per-output-channel w scales); backward data in FP32, BF16 and INT8 (s8 dy x s8
+// w, both per tensor: oneDNN's INT8 deconvolution, which is the backward data of a convolution);
+// backward weights in FP32 and BF16. Tensors are NCHW and OIHW (packed) in the caller's memory;
+// oneDNN's blocked copies live in per-thread buffers that grow to the largest call and are reused.
 // INT8 sums come out of oneDNN as FP32 (exact below 2^24) and are then scaled, as the GEMM
-// backend's output scales do. One primitive per distinct call, cached. The reference (and fallback) is the im2col + GEMM
+// backend's output scales do.
+// INT8 without VNNI (cpu-avx2, cpu-sse41): oneDNN multiplies u8 x s8 pairs into saturating int16
+// (vpmaddubsw) and, to stay clear of saturation, halves the weights when it reorders them, which
+// is exact only for even weights. So there the weights must be 7-bit (|w| <= 63, as the A operands
+// of the GEMM backend are: cpu_int8_activation_max): they are handed over doubled, oneDNN halves
+// them back exactly and its sums are twice ours, halved with the scales. A wider weight is refused
+// (std::invalid_argument) before any work.
+// One primitive per distinct call, cached. The reference (and fallback) is the im2col + GEMM
 // path of worker/ops/cpu/cpu_conv.cpp; conv_onednn_supports says which calls run here.
 //
 //   ConvOnednnCall c{ConvOnednnOp::FORWARD, shape, Precision::FP32};
@@ -34,7 +41,7 @@ struct ConvOnednnCall {
   ConvOnednnOp op = ConvOnednnOp::FORWARD;
   ConvOnednnShape shape{};
   // Of x and w (FORWARD), of w and dy (BACKWARD_DATA), of x and dy (BACKWARD_WEIGHTS): FP32,
-  // BF16, or INT8 (FORWARD only). Outputs (y, dx, dw) are FP32.
+  // BF16, or INT8 (FORWARD and BACKWARD_DATA). Outputs (y, dx, dw) are FP32.
   Precision type = Precision::FP32;
   // FORWARD: x, w (+ bias) -> out = y.  BACKWARD_DATA: w, dy -> out = dx (written).
   // BACKWARD_WEIGHTS: x, dy -> out = dw (+=: added to what is there).
@@ -42,8 +49,9 @@ struct ConvOnednnCall {
   const void* w = nullptr;
   const void* dy = nullptr;
   const float* bias = nullptr;  // FORWARD: (O) FP32 or nullptr
-  float x_scale = 1.0f;             // INT8: x = x_scale * q
-  const float* w_scales = nullptr;  // INT8: (O) per output channel
+  float x_scale = 1.0f;             // INT8 FORWARD: x = x_scale * q
+  const float* w_scales = nullptr;  // INT8: FORWARD (O) per output channel; BACKWARD_DATA (1) per tensor
+  float dy_scale = 1.0f;            // INT8 BACKWARD_DATA: dy = dy_scale * q
   float* out = nullptr;
 };
 

@@ -1,23 +1,40 @@
 // Unit tests for kernels/cpu/conv_onednn.h: forward, backward data and backward weights in FP32,
-// BF16 (where the CPU has BF16 dot products) and INT8 forward (where it has VNNI) against a naive
+// BF16 (where the CPU has BF16 dot products) and INT8 forward and backward data against a naive
 // direct convolution in double, on awkward geometries (odd sizes, stride 2, 1x1, channel counts
 // that are not multiples of oneDNN's blocks), and the refusals (what conv_onednn_supports
 // declines runs elsewhere). Inputs are multiples of 1/16 in [-2, 2] (exact in BF16) or small
 // integers with power-of-two scales, so every sum is exact in FP32: results must match exactly.
+// The class is $QSYNC_TEST_DEVICE_CLASS (else the strongest here); tests/kernels/CMakeLists.txt
+// runs the file again as cpu-avx2 and cpu-sse41, where INT8 has no VNNI (7-bit weights, doubled).
 #include "kernels/cpu/conv_onednn.h"
 
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
+#include <stdexcept>
+#include <string>
 #include <random>
 #include <vector>
 
+#include "kernels/cpu/gemm_onednn.h"
 #include "kernels/cpu_isa.h"
+#include "kernels/device_class.h"
 
 namespace qsync {
 namespace {
+
+// oneDNN's ISA cap must be set before its first kernel: every test starts here.
+void activate_test_class() {
+  static const bool once = [] {
+    const char* env = std::getenv("QSYNC_TEST_DEVICE_CLASS");
+    device_class_activate(device_class_fallback(device_class_by_name(env != nullptr && *env != '\0' ? env : "cpu-amx")), 1);
+    return true;
+  }();
+  (void)once;
+}
 
 struct Geometry {
   int64_t n, c, h, w, o, k, stride, pad;
@@ -81,6 +98,7 @@ void expect_equal(const std::vector<float>& got, const std::vector<double>& want
 
 // Runs the three ops in `type` (FP32 or BF16) on one geometry and checks them exactly.
 void check_float_type(const Geometry& g, Precision type) {
+  activate_test_class();
   const ConvOnednnShape s = shape_of(g);
   const Naive nv{s};
   const size_t nx = size_t(s.n * s.c * s.h * s.w), nw = size_t(s.o * s.c * s.kernel * s.kernel);
@@ -142,6 +160,7 @@ TEST(ConvOnednn, Fp32MatchesTheNaiveConvolutionExactly) {
 }
 
 TEST(ConvOnednn, Bf16MatchesTheNaiveConvolutionExactly) {
+  activate_test_class();
   if (cpu_isa_active() < CpuIsa::AVX512_BF16) {
     ConvOnednnCall c;
     c.shape = shape_of(GEOMETRIES[0]);
@@ -152,38 +171,44 @@ TEST(ConvOnednn, Bf16MatchesTheNaiveConvolutionExactly) {
   for (const Geometry& g : GEOMETRIES) check_float_type(g, Precision::BF16);
 }
 
-TEST(ConvOnednn, Int8ForwardAppliesPerTensorAndPerChannelScales) {
-  const Geometry& g = GEOMETRIES[2];
+std::vector<int8_t> small_integers(size_t n, int max, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int> d(-max, max);
+  std::vector<int8_t> v(n);
+  for (int8_t& x : v) x = int8_t(d(rng));
+  return v;
+}
+
+// The INT8 forward (per-tensor x, per-channel w scales, bias) and backward data (per-tensor dy
+// and w) of one geometry. Weights span the class's A range (7-bit without VNNI, where oneDNN gets
+// them doubled), x and dy the full [-127, 127]: every product pair is one vpmaddubsw's worst case.
+void check_int8(const Geometry& g) {
   const ConvOnednnShape s = shape_of(g);
-  ConvOnednnCall c;
-  c.shape = s;
-  c.type = Precision::INT8;
-  if (cpu_isa_active() < CpuIsa::AVX512) {
-    EXPECT_FALSE(conv_onednn_supports(c)) << "without VNNI oneDNN halves the weights: refused";
-    GTEST_SKIP() << "this CPU has no AVX-512 VNNI";
-  }
-  ASSERT_TRUE(conv_onednn_supports(c));
   const size_t nx = size_t(s.n * s.c * s.h * s.w), nw = size_t(s.o * s.c * s.kernel * s.kernel);
   const size_t ny = size_t(s.n * s.o * s.oh * s.ow);
-  std::mt19937 rng(5);
-  std::uniform_int_distribution<int> d(-127, 127);
-  std::vector<int8_t> x(nx), w(nw);
-  for (int8_t& v : x) v = int8_t(d(rng));
-  for (int8_t& v : w) v = int8_t(d(rng));
+  const std::vector<int8_t> x = small_integers(nx, 127, 5), w = small_integers(nw, cpu_int8_activation_max(), 6);
+  const std::vector<int8_t> dy = small_integers(ny, 127, 7);
   std::vector<float> w_scales(size_t(s.o)), bias(size_t(s.o));
   for (int64_t j = 0; j < s.o; ++j) {
     w_scales[size_t(j)] = std::ldexp(1.0f, -int(j % 5) - 3);
     bias[size_t(j)] = float(j) - 4.5f;
   }
-  std::vector<double> sums(ny, 0.0);
-  Naive{s}.each([&](int64_t xi, int64_t wi, int64_t yi) { sums[size_t(yi)] += double(x[size_t(xi)]) * w[size_t(wi)]; });
+  std::vector<double> sums(ny, 0.0), dx_ref(nx, 0.0);
+  Naive{s}.each([&](int64_t xi, int64_t wi, int64_t yi) {
+    sums[size_t(yi)] += double(x[size_t(xi)]) * w[size_t(wi)];
+    dx_ref[size_t(xi)] += double(dy[size_t(yi)]) * w[size_t(wi)] * 0.25 * 0.125;
+  });
   std::vector<double> y_ref(ny);
   const int64_t hw = s.oh * s.ow;
   for (size_t i = 0; i < ny; ++i) {
     const size_t oc = i / size_t(hw) % size_t(s.o);
     y_ref[i] = sums[i] * 0.5 * w_scales[oc] + bias[oc];
   }
-  std::vector<float> y(ny);
+  ConvOnednnCall c;
+  c.shape = s;
+  c.type = Precision::INT8;
+  ASSERT_TRUE(conv_onednn_supports(c)) << "forward, " << conv_onednn_impl(c);
+  std::vector<float> y(ny), dx(nx, -7.0f);
   c.x = x.data();
   c.w = w.data();
   c.x_scale = 0.5f;
@@ -192,11 +217,54 @@ TEST(ConvOnednn, Int8ForwardAppliesPerTensorAndPerChannelScales) {
   c.out = y.data();
   conv_onednn_run(c);
   expect_equal(y, y_ref, "int8 y");
-  c.op = ConvOnednnOp::BACKWARD_DATA;
-  EXPECT_FALSE(conv_onednn_supports(c)) << "INT8 backward is not a oneDNN convolution";
+  ConvOnednnCall data;
+  data.op = ConvOnednnOp::BACKWARD_DATA;
+  data.shape = s;
+  data.type = Precision::INT8;
+  ASSERT_TRUE(conv_onednn_supports(data)) << "backward data";
+  const float w_scale = 0.125f;
+  data.w = w.data();
+  data.w_scales = &w_scale;
+  data.dy = dy.data();
+  data.dy_scale = 0.25f;
+  data.out = dx.data();
+  conv_onednn_run(data);
+  expect_equal(dx, dx_ref, "int8 dx (written over -7)");
+  data.op = ConvOnednnOp::BACKWARD_WEIGHTS;
+  EXPECT_FALSE(conv_onednn_supports(data)) << "oneDNN has no INT8 backward weights";
+}
+
+TEST(ConvOnednn, Int8ForwardAndBackwardDataMatchTheNaiveConvolutionExactly) {
+  activate_test_class();
+  for (const Geometry& g : GEOMETRIES) check_int8(g);
+}
+
+TEST(ConvOnednn, Int8WeightsBeyondSevenBitsAreRefusedWithoutVnni) {
+  activate_test_class();
+  if (cpu_isa_active() >= CpuIsa::AVX512) GTEST_SKIP() << "VNNI: 8-bit weights are exact";
+  const ConvOnednnShape s = shape_of(GEOMETRIES[0]);
+  const std::vector<int8_t> x(size_t(s.n * s.c * s.h * s.w), 1);
+  std::vector<int8_t> w(size_t(s.o * s.c * s.kernel * s.kernel), 1);
+  w[3] = 64;  // one weight past the 7-bit range
+  const std::vector<float> w_scales(size_t(s.o), 1.0f);
+  std::vector<float> y(size_t(s.n * s.o * s.oh * s.ow));
+  ConvOnednnCall c;
+  c.shape = s;
+  c.type = Precision::INT8;
+  c.x = x.data();
+  c.w = w.data();
+  c.w_scales = w_scales.data();
+  c.out = y.data();
+  try {
+    conv_onednn_run(c);
+    ADD_FAILURE() << "expected an error";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("cpu_int8_activation_max"), std::string::npos) << e.what();
+  }
 }
 
 TEST(ConvOnednn, RefusedCallsThrowNamingTheFallback) {
+  activate_test_class();
   ConvOnednnCall c;
   c.shape = shape_of(GEOMETRIES[0]);
   c.type = Precision::FP16;

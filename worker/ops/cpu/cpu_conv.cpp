@@ -1,8 +1,8 @@
 // File: worker/ops/cpu/cpu_conv.cpp
 // CpuOps: Conv2d on oneDNN's direct convolution kernels where they compute the layer precision
 // exactly under the class's ISA (kernels/cpu/conv_onednn.h: FP32; BF16 with BF16 instructions;
-// INT8 forward with VNNI), else (and as the reference) as GEMM over im2col, in chunks of S
-// samples whose columns fit in cache.
+// INT8 forward and input gradient at every ISA level), else (and as the reference) as GEMM over
+// im2col, in chunks of S samples whose columns fit in cache.
 // Columns are (C*k*k, S*H'*W'), so im2col and col2im move contiguous image rows and the GEMMs
 // produce channel-major outputs:
 //   forward      y (O, S*H'W')       = W (O, CKK) cols (CKK, S*H'W')     NN, W is the A operand
@@ -23,10 +23,31 @@ namespace qsync {
 namespace {
 
 // One row of cols per tap (ci, ky, kx); within it, per sample and output row, a run of ow values
-// read from one input row: contiguous for stride 1, zero outside the image.
+// read from one input row: contiguous for stride 1, zero outside the image. With stride 1 and
+// "same" width (ow == w) a tap's rows inside the image are one shifted run of the plane: one copy,
+// then the few values that ran over a row's edge are zeroed.
+template <class T>
+void im2col_same_width_tap(const T* plane, const ConvGeometry& g, int64_t ky, int64_t kx, int64_t lo, int64_t hi,
+                           T* out) {  // out (H'*W') of one tap and sample
+  const int64_t oy_lo = std::clamp<int64_t>(g.pad - ky, 0, g.oh);
+  const int64_t oy_hi = std::clamp<int64_t>(g.h + g.pad - ky, oy_lo, g.oh);
+  std::fill(out, out + oy_lo * g.ow, T(0));
+  std::fill(out + oy_hi * g.ow, out + g.oh * g.ow, T(0));
+  if (oy_hi == oy_lo) return;
+  // out[oy*W' + ox] = plane[(oy - pad + ky)*W + ox - pad + kx] over [first, last)
+  const int64_t first = oy_lo * g.ow + lo, last = (oy_hi - 1) * g.ow + hi;
+  if (hi > lo)  // else every column is outside the image (zeroed below)
+    std::memcpy(out + first, plane + (oy_lo - g.pad + ky) * g.w + lo - g.pad + kx, size_t(last - first) * sizeof(T));
+  for (int64_t oy = oy_lo; oy < oy_hi; ++oy) {
+    std::fill(out + oy * g.ow, out + oy * g.ow + lo, T(0));
+    std::fill(out + oy * g.ow + hi, out + (oy + 1) * g.ow, T(0));
+  }
+}
+
 template <class T>
 void im2col_typed(const T* src, int64_t s0, int64_t samples, const ConvGeometry& g, T* dst) {
   const int64_t hw = g.oh * g.ow, cols = samples * hw, taps = g.c * g.k * g.k;
+  const bool same_width = g.stride == 1 && g.ow == g.w;
 #pragma omp parallel for schedule(static)
   for (int64_t tap = 0; tap < taps; ++tap) {
     const int64_t ci = tap / (g.k * g.k), ky = (tap / g.k) % g.k, kx = tap % g.k;
@@ -35,6 +56,10 @@ void im2col_typed(const T* src, int64_t s0, int64_t samples, const ConvGeometry&
     const int64_t hi = std::clamp<int64_t>((g.w + g.pad - kx + g.stride - 1) / g.stride, lo, g.ow);
     for (int64_t s = 0; s < samples; ++s) {
       const T* plane = src + ((s0 + s) * g.c + ci) * g.h * g.w;
+      if (same_width) {
+        im2col_same_width_tap(plane, g, ky, kx, lo, hi, dst + tap * cols + s * hw);
+        continue;
+      }
       for (int64_t oy = 0; oy < g.oh; ++oy) {
         T* out = dst + tap * cols + s * hw + oy * g.ow;
         const int64_t yy = oy * g.stride - g.pad + ky;
@@ -86,6 +111,27 @@ ConvOnednnCall onednn_forward_call(const Tensor& xc, const Tensor& wc, const Ten
   }
   if (!conv_onednn_supports(c)) c.op = ConvOnednnOp::BACKWARD_DATA;
   return c;
+}
+
+// Whether a layer's saved operands are quantized with per-tensor scales (int8-all, fp8): then its
+// gradient is cast whole, one scale for the tensor, before any chunking.
+bool quantized(Precision p) { return p == Precision::INT8 || p == Precision::FP8_E4M3 || p == Precision::FP8_E5M2; }
+
+// db (O) += sum over samples and positions of dy (B, O, H'W'): per (sample, channel) plane eight
+// interleaved lane sums (lane j adds positions j, j + 8, ...; a fixed order, vectorized), added
+// pairwise, then to db sample by sample. Threads own whole channels: the same at any count.
+void conv_bias_grad_add(const float* dy, int64_t batch, int64_t o, int64_t hw, float* db) {
+#pragma omp parallel for schedule(static) if (batch * o * hw > (1 << 16))
+  for (int64_t oc = 0; oc < o; ++oc)
+    for (int64_t s = 0; s < batch; ++s) {
+      const float* plane = dy + (s * o + oc) * hw;
+      float lane[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+      int64_t p = 0;
+      for (; p + 8 <= hw; p += 8)
+        for (int j = 0; j < 8; ++j) lane[j] += plane[p + j];
+      for (int j = 0; p < hw; ++p, ++j) lane[j] += plane[p];
+      db[oc] += ((lane[0] + lane[4]) + (lane[1] + lane[5])) + ((lane[2] + lane[6]) + (lane[3] + lane[7]));
+    }
 }
 
 // Samples per chunk: about 2048 GEMM columns, so a chunk's columns stay in L2.
@@ -209,40 +255,69 @@ bool CpuOps::conv2d_backward_onednn(const Conv2dBackward& a, const ConvGeometry&
   return true;
 }
 
+// The INT8 input gradient on oneDNN (a deconvolution of the quantized dy, per-tensor scales of dy
+// and W); false when oneDNN has no kernel for the call (the im2col path computes it).
+bool CpuOps::conv2d_input_grad_onednn(const Tensor& gq, const Tensor& wb, const ConvGeometry& g, Tensor& dx,
+                                      StepContext& ctx, const std::string& layer) {
+  if (gq.precision() != Precision::INT8 || wb.precision() != Precision::INT8 || gq.scale_mode != ScaleMode::PER_TENSOR ||
+      wb.scale_mode != ScaleMode::PER_TENSOR)
+    return false;
+  ConvOnednnCall data;
+  data.op = ConvOnednnOp::BACKWARD_DATA;
+  data.shape = onednn_shape(g, gq.dim(0), wb.dim(0));
+  data.type = Precision::INT8;
+  if (!conv_onednn_supports(data)) return false;
+  data.w = wb.data();
+  data.w_scales = wb.scale_data();
+  data.dy = gq.data();
+  data.dy_scale = gq.scale_data()[0];
+  data.out = dx.f32();
+  OpClock clock(ctx, layer + ".conv_input_grad");
+  conv_onednn_run(data);
+  return true;
+}
+
 // per chunk, dy_cm (O, S*H'W') = dy by channel; dcols = W^T dy_cm; dx += col2im(dcols);
-// dW (O, CKK) += dy_cm cols^T; db (O) += sum dy
+// dW (O, CKK) += dy_cm cols^T; db (O) += sum dy. A quantized gradient is cast whole first and
+// its rows copied per chunk; its input gradient runs on oneDNN where it can.
 void CpuOps::conv2d_backward(const Conv2dBackward& a, const ConvGeometry& g, StepContext& ctx,
                              const std::string& layer) {
   const Tensor& dy = *a.dy;
   const Tensor& xb = *a.x;
   const Tensor& wb = *a.w;
   const int64_t batch = dy.dim(0), hw = g.oh * g.ow, ckk = g.c * g.k * g.k, o = wb.dim(0);
-  const float* gp = dy.f32();
   if (a.db != nullptr) {
-    float* db = a.db->f32();
-    for (int64_t s = 0; s < batch; ++s)
-      for (int64_t oc = 0; oc < o; ++oc) {
-        float sum = 0.0f;
-        for (int64_t p = 0; p < hw; ++p) sum += gp[(s * o + oc) * hw + p];
-        db[oc] += sum;
-      }
+    OpClock clock(ctx, layer + ".bias_grad");
+    conv_bias_grad_add(dy.f32(), batch, o, hw, a.db->f32());
   }
   if (conv2d_backward_onednn(a, g, ctx, layer)) return;
-  if (a.dx != nullptr) fill_zero(*a.dx);
+  const bool cast_whole = quantized(xb.precision());
+  const Tensor gq = cast_whole ? a.cast_dy(dy) : Tensor();  // (B, O, H', W') quantized
+  const bool dx_on_im2col = a.dx != nullptr && !(cast_whole && conv2d_input_grad_onednn(gq, wb, g, *a.dx, ctx, layer));
+  if (dx_on_im2col) fill_zero(*a.dx);
   const int64_t chunk = std::min(batch, chunk_samples(g));
   const int elem = precision_bytes(xb.precision());
-  Tensor dy_cm = Tensor::empty({o, chunk * hw}, Precision::FP32, ctx.memory, layer + " gradient (channel-major)");
-  Tensor dcols = Tensor::empty({ckk, chunk * hw}, Precision::FP32, ctx.memory, layer + " column gradient");
+  const Precision g_type = cast_whole ? gq.precision() : Precision::FP32;
+  const size_t g_elem = size_t(precision_bytes(g_type));
+  Tensor dy_cm = Tensor::empty({o, chunk * hw}, g_type, ctx.memory, layer + " gradient (channel-major)");
+  Tensor dcols = dx_on_im2col ? Tensor::empty({ckk, chunk * hw}, Precision::FP32, ctx.memory, layer + " column gradient")
+                              : Tensor();
   Tensor cols = Tensor::empty({ckk, chunk * hw}, xb.precision(), ctx.memory, layer + " im2col");
+  const auto* g_src = static_cast<const uint8_t*>(cast_whole ? gq.data() : dy.data());
   for (int64_t s0 = 0; s0 < batch; s0 += chunk) {
     const int64_t n = std::min(chunk, batch - s0);
-    const Tensor dy_n = dy_cm.prefix({o, n * hw});
-    float* gc_rows = dy_cm.f32();
+    Tensor dy_n = dy_cm.prefix({o, n * hw});
+    auto* rows = static_cast<uint8_t*>(dy_cm.data());
     for (int64_t oc = 0; oc < o; ++oc)
       for (int64_t s = 0; s < n; ++s)
-        std::memcpy(gc_rows + oc * n * hw + s * hw, gp + ((s0 + s) * o + oc) * hw, size_t(hw) * sizeof(float));
-    const Tensor gc = a.cast_dy(dy_n);  // (O, n*H'W') backward precision
-    if (a.dx != nullptr) {
+        std::memcpy(rows + size_t(oc * n * hw + s * hw) * g_elem, g_src + size_t(((s0 + s) * o + oc) * hw) * g_elem,
+                    size_t(hw) * g_elem);
+    if (cast_whole) {
+      dy_n.scale_mode = gq.scale_mode;
+      dy_n.scales = gq.scales;
+    }
+    const Tensor gc = cast_whole ? dy_n : a.cast_dy(dy_n);  // (O, n*H'W') backward precision
+    if (dx_on_im2col) {
       {
         OpClock clock(ctx, layer + ".gemm_input_grad");
         Tensor dcols_n = dcols.prefix({ckk, n * hw});

@@ -1,0 +1,27 @@
+// File: kernels/cpu/conv_int8_output.h
+// How the INT8 convolutions of conv_onednn.cpp turn oneDNN's FP32 sums into their outputs:
+// out(c) = sums(c) * scale * channel_scale(c) + bias(c), one multiply and one add per value (the
+// same bits in the vectorized and the scalar code), from NHWC sums into NCHW outputs or in place.
+#pragma once
+
+#include <cstdint>
+
+namespace qsync {
+
+// How an INT8 call's FP32 sums become its output: out(c) = sums(c) * scale * channel_scale(c) +
+// bias(c) over `channels` planes of `hw` values. Below VNNI the sums are twice ours (doubled
+// weights, conv_onednn.h) and the scale halves them (exact: a power of two).
+struct Int8Output {
+  int64_t n, channels, hw;
+  float scale;
+  const float* channel_scales;  // (channels) or nullptr
+  const float* bias;            // (channels) or nullptr
+  float channel_scale(int64_t c) const { return scale * (channel_scales != nullptr ? channel_scales[c] : 1.0f); }
+};
+
+// out (N, C, H, W) from sums (N, H, W, C).
+void int8_nhwc_to_nchw(const float* sums, const Int8Output& t, float* out);
+// out (N, C, H, W) holding sums: the transform in place.
+void int8_scale_in_place(const Int8Output& t, float* out);
+
+}  // namespace qsync

@@ -1,0 +1,79 @@
+// Unit tests for worker/ops/cpu/cpu_conv.cpp's column transforms: im2col of 1-, 2- and 4-byte
+// elements against a plain loop over every (tap, sample, output position), on awkward geometries
+// (the same-width stride-1 shortcut with kernels 1, 3 and 5, a kernel wider than the image, stride
+// 2, no padding, 1-wide images) and sample offsets; values must match exactly, zeros included.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "worker/ops/cpu/cpu_kernels.h"
+
+namespace qsync {
+namespace {
+
+ConvGeometry geometry(int64_t c, int64_t h, int64_t w, int64_t k, int64_t stride, int64_t pad) {
+  return {c, h, w, k, stride, pad, (h + 2 * pad - k) / stride + 1, (w + 2 * pad - k) / stride + 1};
+}
+
+std::string describe(const ConvGeometry& g) {
+  return "c" + std::to_string(g.c) + " " + std::to_string(g.h) + "x" + std::to_string(g.w) + " k" + std::to_string(g.k) +
+         " s" + std::to_string(g.stride) + " p" + std::to_string(g.pad);
+}
+
+// cols (C k k, S H' W'): row (ci, ky, kx), column (s, oy, ox) = x[s0 + s][ci][oy s - p + ky][ox s - p + kx] or 0.
+template <class T>
+std::vector<T> plain_im2col(const std::vector<T>& x, int64_t s0, int64_t samples, const ConvGeometry& g) {
+  const int64_t hw = g.oh * g.ow, cols = samples * hw;
+  std::vector<T> out(size_t(g.c * g.k * g.k * cols));
+  for (int64_t ci = 0; ci < g.c; ++ci)
+    for (int64_t ky = 0; ky < g.k; ++ky)
+      for (int64_t kx = 0; kx < g.k; ++kx)
+        for (int64_t s = 0; s < samples; ++s)
+          for (int64_t oy = 0; oy < g.oh; ++oy)
+            for (int64_t ox = 0; ox < g.ow; ++ox) {
+              const int64_t yy = oy * g.stride - g.pad + ky, xx = ox * g.stride - g.pad + kx;
+              const bool inside = yy >= 0 && yy < g.h && xx >= 0 && xx < g.w;
+              out[size_t(((ci * g.k + ky) * g.k + kx) * cols + s * hw + oy * g.ow + ox)] =
+                  inside ? x[size_t((((s0 + s) * g.c + ci) * g.h + yy) * g.w + xx)] : T(0);
+            }
+  return out;
+}
+
+template <class T>
+void check_im2col(const ConvGeometry& g) {
+  SCOPED_TRACE(describe(g) + ", " + std::to_string(sizeof(T)) + "-byte elements");
+  const int64_t batch = 5, s0 = 2, samples = 3;
+  std::mt19937 rng(11);
+  std::uniform_int_distribution<int> d(1, 100);  // no zeros: a missed copy cannot pass as padding
+  std::vector<T> x(size_t(batch * g.c * g.h * g.w));
+  for (T& v : x) v = T(d(rng));
+  const std::vector<T> want = plain_im2col(x, s0, samples, g);
+  std::vector<T> got(want.size(), T(77));  // every value must be written
+  im2col(x.data(), int(sizeof(T)), s0, samples, g, got.data());
+  ASSERT_EQ(std::memcmp(got.data(), want.data(), want.size() * sizeof(T)), 0);
+}
+
+TEST(CpuConv, Im2colMatchesThePlainLoopsExactly) {
+  const ConvGeometry geometries[] = {
+      geometry(3, 7, 5, 3, 1, 1),  // same width, 3x3
+      geometry(2, 6, 9, 5, 1, 2),  // same width, 5x5
+      geometry(2, 5, 4, 1, 1, 0),  // 1x1
+      geometry(2, 4, 1, 3, 1, 1),  // 1-wide image: every row runs over both edges
+      geometry(1, 3, 2, 5, 1, 2),  // kernel wider than the image
+      geometry(2, 8, 7, 3, 1, 0),  // stride 1, no padding (narrower output)
+      geometry(2, 9, 7, 3, 2, 1),  // stride 2
+      geometry(1, 28, 28, 3, 1, 1),  // the zoo CNN's geometry
+  };
+  for (const ConvGeometry& g : geometries) {
+    check_im2col<uint8_t>(g);
+    check_im2col<uint16_t>(g);
+    check_im2col<uint32_t>(g);
+  }
+}
+
+}  // namespace
+}  // namespace qsync
