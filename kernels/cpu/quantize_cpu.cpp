@@ -163,26 +163,34 @@ QSYNC_TARGET_AVX512 void dequantize_avx512(const int8_t* q, float* x, int64_t n,
 
 // ---- AVX2 ---------------------------------------------------------------------------------
 
-// 64 x 64 -> low 64 bits multiply by a constant, from three 32 x 32 -> 64 products.
+// 64 x 64 -> low 64 bits multiply by a constant c = cH 2^32 + cL: aL cL (one 32 x 32 -> 64
+// product) plus (aH cL + aL cH mod 2^32) 2^32, both cross terms from one 32-bit multiply.
 QSYNC_TARGET_AVX2 inline __m256i mullo64_avx2(__m256i a, uint64_t c) {
   const __m256i c_lo = _mm256_set1_epi64x(static_cast<long long>(c & 0xffffffffull));
-  const __m256i c_hi = _mm256_set1_epi64x(static_cast<long long>(c >> 32));
-  const __m256i lo = _mm256_mul_epu32(a, c_lo);
-  const __m256i cross =
-      _mm256_add_epi64(_mm256_mul_epu32(_mm256_srli_epi64(a, 32), c_lo), _mm256_mul_epu32(a, c_hi));
-  return _mm256_add_epi64(lo, _mm256_slli_epi64(cross, 32));
+  const __m256i c_swapped = _mm256_set1_epi64x(static_cast<long long>((c << 32) | (c >> 32)));  // [cH, cL]
+  const __m256i cross = _mm256_mullo_epi32(a, c_swapped);  // 32-bit words [aL cH, aH cL]
+  const __m256i cross_sum = _mm256_add_epi32(cross, _mm256_srli_epi64(cross, 32));  // low word: their sum
+  return _mm256_add_epi64(_mm256_mul_epu32(a, c_lo), _mm256_slli_epi64(cross_sum, 32));
 }
 
-QSYNC_TARGET_AVX2 inline __m256i mix64_avx2(__m256i z) {
+// Bits 40-63 of mix64(z), the splitmix64 finalizer, as a 64-bit lane < 2^24. The finalizer's last
+// xor-shift (z ^ z >> 31) leaves these bits alone, and of the last multiply only its high word is
+// needed: hi(aL cL) + aH cL + aL cH mod 2^32.
+QSYNC_TARGET_AVX2 inline __m256i mix64_top24_avx2(__m256i z) {
   z = mullo64_avx2(_mm256_xor_si256(z, _mm256_srli_epi64(z, 30)), MIX_MUL_1);
-  z = mullo64_avx2(_mm256_xor_si256(z, _mm256_srli_epi64(z, 27)), MIX_MUL_2);
-  return _mm256_xor_si256(z, _mm256_srli_epi64(z, 31));
+  z = _mm256_xor_si256(z, _mm256_srli_epi64(z, 27));
+  const __m256i c_lo = _mm256_set1_epi64x(static_cast<long long>(MIX_MUL_2 & 0xffffffffull));
+  const __m256i c_swapped = _mm256_set1_epi64x(static_cast<long long>((MIX_MUL_2 << 32) | (MIX_MUL_2 >> 32)));
+  const __m256i cross = _mm256_mullo_epi32(z, c_swapped);                     // [zL cH, zH cL]
+  const __m256i high = _mm256_add_epi32(_mm256_mul_epu32(z, c_lo),           // high word: hi(zL cL)
+                                        _mm256_add_epi32(cross, _mm256_slli_epi64(cross, 32)));  // + zL cH + zH cL
+  return _mm256_srli_epi64(high, 40);
 }
 
 // u for 8 consecutive elements (lanes 0-3 in s0, 4-7 in s1).
 QSYNC_TARGET_AVX2 inline __m256 noise_avx2(__m256i s0, __m256i s1) {
-  const __m256i a = _mm256_srli_epi64(mix64_avx2(s0), 40);  // < 2^24 in each 64-bit lane
-  const __m256i b = _mm256_srli_epi64(mix64_avx2(s1), 40);
+  const __m256i a = mix64_top24_avx2(s0);  // < 2^24 in each 64-bit lane
+  const __m256i b = mix64_top24_avx2(s1);
   // 32-bit words [a0 b0 a1 b1 a2 b2 a3 b3] -> [a0 a1 a2 a3 b0 b1 b2 b3].
   const __m256i ab = _mm256_or_si256(a, _mm256_slli_epi64(b, 32));
   const __m256i bits = _mm256_permutevar8x32_epi32(ab, _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7));
