@@ -76,13 +76,17 @@ struct NchwToChannelMajor {
     dy_cm[i] = dy[(s * o + oc) * hw + p];
   }
 };
-struct PlaneSums {  // partial[s, oc] = sum_p dy[s, oc, p], p in order
+struct PlaneSums {  // partial[s, oc] = sum_p dy[s, oc, p]: eight lane sums (lane j: p = j, j + 8, ...), added pairwise
   const float* dy; float* partial; int64_t hw;
   __device__ void operator()(int64_t i) const {
     const float* row = dy + i * hw;
-    float acc = 0.0f;
-    for (int64_t p = 0; p < hw; ++p) acc = __fadd_rn(acc, row[p]);
-    partial[i] = acc;
+    float lane[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+    int64_t p = 0;
+    for (; p + 8 <= hw; p += 8)
+      for (int j = 0; j < 8; ++j) lane[j] = __fadd_rn(lane[j], row[p + j]);
+    for (int j = 0; p < hw; ++p, ++j) lane[j] = __fadd_rn(lane[j], row[p]);
+    partial[i] = __fadd_rn(__fadd_rn(__fadd_rn(lane[0], lane[4]), __fadd_rn(lane[1], lane[5])),
+                           __fadd_rn(__fadd_rn(lane[2], lane[6]), __fadd_rn(lane[3], lane[7])));
   }
 };
 struct SampleSumsInto {  // db[oc] += partial[s, oc], s in order

@@ -239,6 +239,13 @@ TEST(ConvOnednn, Int8ForwardAndBackwardDataMatchTheNaiveConvolutionExactly) {
   for (const Geometry& g : GEOMETRIES) check_int8(g);
 }
 
+// INT8 calls run in chunks of samples whose FP32 sums fit 1 MiB: 256 KiB of forward sums a
+// sample here (chunks of 4 + 3), 160 KiB of input-gradient sums (6 + 1).
+TEST(ConvOnednn, Int8CallsInChunksOfSamplesMatchTheNaiveConvolutionExactly) {
+  activate_test_class();
+  check_int8({7, 40, 32, 32, 64, 3, 1, 1});
+}
+
 TEST(ConvOnednn, Int8WeightsBeyondSevenBitsAreRefusedWithoutVnni) {
   activate_test_class();
   if (cpu_isa_active() >= CpuIsa::AVX512) GTEST_SKIP() << "VNNI: 8-bit weights are exact";
@@ -261,6 +268,18 @@ TEST(ConvOnednn, Int8WeightsBeyondSevenBitsAreRefusedWithoutVnni) {
   } catch (const std::invalid_argument& e) {
     EXPECT_NE(std::string(e.what()).find("cpu_int8_activation_max"), std::string::npos) << e.what();
   }
+  ConvOnednnCall data;  // the input gradient takes the same weights
+  data.op = ConvOnednnOp::BACKWARD_DATA;
+  data.shape = s;
+  data.type = Precision::INT8;
+  const float w_scale = 1.0f;
+  const std::vector<int8_t> dy(size_t(s.n * s.o * s.oh * s.ow), 1);
+  std::vector<float> dx(x.size());
+  data.w = w.data();
+  data.w_scales = &w_scale;
+  data.dy = dy.data();
+  data.out = dx.data();
+  EXPECT_THROW(conv_onednn_run(data), std::invalid_argument);
 }
 
 TEST(ConvOnednn, RefusedCallsThrowNamingTheFallback) {

@@ -119,7 +119,8 @@ bool quantized(Precision p) { return p == Precision::INT8 || p == Precision::FP8
 
 // db (O) += sum over samples and positions of dy (B, O, H'W'): per (sample, channel) plane eight
 // interleaved lane sums (lane j adds positions j, j + 8, ...; a fixed order, vectorized), added
-// pairwise, then to db sample by sample. Threads own whole channels: the same at any count.
+// pairwise, then to db sample by sample. Threads own whole channels: the same at any count. The
+// CUDA kernel adds in the same order (kernels/cuda/conv_cuda.cu, PlaneSums): the same bits.
 void conv_bias_grad_add(const float* dy, int64_t batch, int64_t o, int64_t hw, float* db) {
 #pragma omp parallel for schedule(static) if (batch * o * hw > (1 << 16))
   for (int64_t oc = 0; oc < o; ++oc)
