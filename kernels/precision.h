@@ -52,6 +52,11 @@ const std::array<PrecisionTraits, PRECISION_COUNT>& precision_table();
 
 inline const char* precision_name(Precision p) { return precision_traits(p).name; }
 inline int precision_bytes(Precision p) { return precision_traits(p).bytes; }
+// Whether values of this precision are stored scaled (INT8 and the FP8 formats: per-tensor or
+// per-channel scales travel with the tensor).
+inline bool precision_takes_scales(Precision p) {
+  return p == Precision::INT8 || p == Precision::FP8_E4M3 || p == Precision::FP8_E5M2;
+}
 
 // Parses "fp32", "tf32", "bf16", "fp16", "int8", "fp8-e4m3", "fp8-e5m2".
 // Throws std::invalid_argument listing the known names when `name` is none of them.

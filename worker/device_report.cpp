@@ -79,7 +79,7 @@ double gemm_tflops(Precision pa, Precision pb, int64_t n, int iterations, std::s
     // INT8 spreads [-1, 1) over [-127, 127] (scale 1/127); FP8 encodes it unscaled.
     const float* sa = pa == Precision::INT8 ? scale.as<float>() : scale.as<float>() + 2;
     const float* sb = pb == Precision::INT8 ? scale.as<float>() : scale.as<float>() + 2;
-    const bool quantized = pa == Precision::INT8 || pa == Precision::FP8_E4M3 || pa == Precision::FP8_E5M2;
+    const bool quantized = precision_takes_scales(pa);
     const void* a = encode(pa, xa, qa, sa);
     const void* b = encode(pb, xb, qb, sb);
     CudaMatmul mm;

@@ -112,6 +112,17 @@ void set_reorders(ConvPrimitive& p) {
   if (p.out_reordered) p.out_reorder = dnnl::reorder(dnnl::reorder::primitive_desc(conv_engine(), p.out_prim, conv_engine(), p.out_user));
 }
 
+// The primitive of a descriptor and the layouts of its two inputs and its output.
+template <class Primitive, class Desc>
+void set_primitive(const Desc& pd, const memory::desc& in0, const memory::desc& in1, const memory::desc& out, ConvPrimitive& p) {
+  p.impl = pd.impl_info_str();
+  p.in_prim[0] = in0;
+  p.in_prim[1] = in1;
+  p.out_prim = out;
+  p.scratch = pd.scratchpad_desc();
+  p.prim = Primitive(pd);
+}
+
 // INT8 backward data: dx (N, C, H, W) = the deconvolution of dy (N, O, OH, OW) with the
 // convolution's strides and padding, whose weights (C, O, k, k) are ours with the first two
 // dimensions swapped (tag iohw over our OIHW buffer). oneDNN's INT8 backward is inference-only.
@@ -125,12 +136,7 @@ void set_int8_backward_data(const Key& k, const dnnl::primitive_attr& attr, Conv
                                         memory::desc(dst_dims, dt::s8, tag::any), memory::desc(wei_t_dims, dt::s8, tag::any),
                                         memory::desc(src_dims, dt::f32, tag::any), strides, pad_l, pad_r),
       attr, conv_engine());
-  p.impl = pd.impl_info_str();
-  p.in_prim[0] = pd.weights_desc();
-  p.in_prim[1] = pd.src_desc();
-  p.out_prim = pd.dst_desc();
-  p.scratch = pd.scratchpad_desc();
-  p.prim = dnnl::deconvolution_forward(pd);
+  set_primitive<dnnl::deconvolution_forward>(pd, pd.weights_desc(), pd.src_desc(), pd.dst_desc(), p);
   p.in_user[0] = memory::desc(wei_t_dims, dt::s8, tag::iohw);
   p.in_user[1] = memory::desc(dst_dims, dt::s8, tag::nchw);
   p.out_user = memory::desc(src_dims, dt::f32, tag::nchw);
@@ -163,12 +169,7 @@ ConvPrimitive create(const Key& k) {
                             : dnnl::convolution_forward::desc(prop, algo, src_any, wei_any, dst_f32_any, strides,
                                                               pad_l, pad_r);
       const dnnl::convolution_forward::primitive_desc pd(d, attr, conv_engine());
-      p.impl = pd.impl_info_str();
-      p.in_prim[0] = pd.src_desc();
-      p.in_prim[1] = pd.weights_desc();
-      p.out_prim = pd.dst_desc();
-      p.scratch = pd.scratchpad_desc();
-      p.prim = dnnl::convolution_forward(pd);
+      set_primitive<dnnl::convolution_forward>(pd, pd.src_desc(), pd.weights_desc(), pd.dst_desc(), p);
       p.in_user[0] = memory::desc(src_dims, t, tag::nchw);
       p.in_user[1] = memory::desc(wei_dims, t, tag::oihw);
       p.out_user = memory::desc(dst_dims, dt::f32, tag::nchw);
@@ -186,12 +187,7 @@ ConvPrimitive create(const Key& k) {
         const dnnl::convolution_backward_data::primitive_desc pd(
             dnnl::convolution_backward_data::desc(algo, dsrc_f32_any, wei_any, dst_any, strides, pad_l, pad_r), attr,
             conv_engine(), hint);
-        p.impl = pd.impl_info_str();
-        p.in_prim[0] = pd.weights_desc();
-        p.in_prim[1] = pd.diff_dst_desc();
-        p.out_prim = pd.diff_src_desc();
-        p.scratch = pd.scratchpad_desc();
-        p.prim = dnnl::convolution_backward_data(pd);
+        set_primitive<dnnl::convolution_backward_data>(pd, pd.weights_desc(), pd.diff_dst_desc(), pd.diff_src_desc(), p);
         p.in_user[0] = memory::desc(wei_dims, t, tag::oihw);
         p.in_user[1] = memory::desc(dst_dims, t, tag::nchw);
         p.out_user = memory::desc(src_dims, dt::f32, tag::nchw);
@@ -200,12 +196,7 @@ ConvPrimitive create(const Key& k) {
         const dnnl::convolution_backward_weights::primitive_desc pd(
             dnnl::convolution_backward_weights::desc(algo, src_any, dwei_f32_any, dst_any, strides, pad_l, pad_r), attr,
             conv_engine(), hint);
-        p.impl = pd.impl_info_str();
-        p.in_prim[0] = pd.src_desc();
-        p.in_prim[1] = pd.diff_dst_desc();
-        p.out_prim = pd.diff_weights_desc();
-        p.scratch = pd.scratchpad_desc();
-        p.prim = dnnl::convolution_backward_weights(pd);
+        set_primitive<dnnl::convolution_backward_weights>(pd, pd.src_desc(), pd.diff_dst_desc(), pd.diff_weights_desc(), p);
         p.in_user[0] = memory::desc(src_dims, t, tag::nchw);
         p.in_user[1] = memory::desc(dst_dims, t, tag::nchw);
         p.out_user = memory::desc(wei_dims, dt::f32, tag::oihw);
@@ -268,8 +259,8 @@ Int8Output int8_output_of(const ConvOnednnCall& call) {
   return {s.n, s.c, s.h * s.w, call.dy_scale * call.w_scales[0] * halve, nullptr, nullptr};
 }
 
-// The weights as oneDNN gets them: the caller's, or below VNNI doubled into a per-thread buffer
-// after checking they are 7-bit.
+// The INT8 weights as oneDNN gets them: the caller's, or below VNNI doubled into a per-thread
+// buffer after checking they are 7-bit. Once per call (every chunk of samples takes them).
 const void* int8_weights_for_onednn(const ConvOnednnCall& call) {
   if (!int8_weights_doubled(call.type)) return call.w;
   const ConvOnednnShape& s = call.shape;
@@ -294,15 +285,14 @@ void run_call(const ConvOnednnCall& call, const memory* prepared_dy) {
   const ConvPrimitive& p = cached(call);
   dnnl::engine& eng = conv_engine();
   dnnl::stream& stream = thread_stream();
-  const bool int8 = call.type == Precision::INT8;
-  const void* const w = int8 ? int8_weights_for_onednn(call) : call.w;
+  const bool int8 = call.type == Precision::INT8;  // INT8 weights: as int8_weights_for_onednn gives them
   const void* in_ptr[2];
   int in_arg[2];
   float* const out = call.out;
   switch (call.op) {
-    case ConvOnednnOp::FORWARD: in_ptr[0] = call.x; in_ptr[1] = w; in_arg[0] = DNNL_ARG_SRC; in_arg[1] = DNNL_ARG_WEIGHTS; break;
+    case ConvOnednnOp::FORWARD: in_ptr[0] = call.x; in_ptr[1] = call.w; in_arg[0] = DNNL_ARG_SRC; in_arg[1] = DNNL_ARG_WEIGHTS; break;
     case ConvOnednnOp::BACKWARD_DATA:  // INT8: a deconvolution whose source is dy
-      in_ptr[0] = w; in_ptr[1] = call.dy; in_arg[0] = DNNL_ARG_WEIGHTS; in_arg[1] = int8 ? DNNL_ARG_SRC : DNNL_ARG_DIFF_DST;
+      in_ptr[0] = call.w; in_ptr[1] = call.dy; in_arg[0] = DNNL_ARG_WEIGHTS; in_arg[1] = int8 ? DNNL_ARG_SRC : DNNL_ARG_DIFF_DST;
       break;
     case ConvOnednnOp::BACKWARD_WEIGHTS: in_ptr[0] = call.x; in_ptr[1] = call.dy; in_arg[0] = DNNL_ARG_SRC; in_arg[1] = DNNL_ARG_DIFF_DST; break;
   }
@@ -347,12 +337,12 @@ void run_call(const ConvOnednnCall& call, const memory* prepared_dy) {
   if (int8) int8_scale_in_place(int8_output_of(call), out);
 }
 
-}  // namespace
-
 // An INT8 call in chunks of samples whose FP32 sums stay in L2 (1 MiB of them) until the output
 // transform reads them; the whole call when a chunk's shape has no kernel. Measured on Zen 5,
 // cpu-avx2, the zoo CNN: conv2's forward 9.8 -> 9.2 ms (256 KiB chunks: 10.0, 4 MiB: 9.4).
-void run_int8_in_chunks(const ConvOnednnCall& call) {
+void run_int8_in_chunks(const ConvOnednnCall& whole) {
+  ConvOnednnCall call = whole;
+  call.w = int8_weights_for_onednn(whole);
   const ConvOnednnShape& s = call.shape;
   const bool forward = call.op == ConvOnednnOp::FORWARD;
   const int64_t in_bytes = forward ? s.c * s.h * s.w : s.o * s.oh * s.ow;  // per sample, s8
@@ -373,6 +363,8 @@ void run_int8_in_chunks(const ConvOnednnCall& call) {
     run_call(c, nullptr);
   }
 }
+
+}  // namespace
 
 void conv_onednn_run(const ConvOnednnCall& call) {
   check_supported(call);

@@ -12,29 +12,18 @@
 
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
 #include <cstring>
+#include <random>
 #include <stdexcept>
 #include <string>
-#include <random>
 #include <vector>
 
 #include "kernels/cpu/gemm_onednn.h"
 #include "kernels/cpu_isa.h"
-#include "kernels/device_class.h"
+#include "tests/kernels/test_device_class.h"
 
 namespace qsync {
 namespace {
-
-// oneDNN's ISA cap must be set before its first kernel: every test starts here.
-void activate_test_class() {
-  static const bool once = [] {
-    const char* env = std::getenv("QSYNC_TEST_DEVICE_CLASS");
-    device_class_activate(device_class_fallback(device_class_by_name(env != nullptr && *env != '\0' ? env : "cpu-amx")), 1);
-    return true;
-  }();
-  (void)once;
-}
 
 struct Geometry {
   int64_t n, c, h, w, o, k, stride, pad;
@@ -98,7 +87,7 @@ void expect_equal(const std::vector<float>& got, const std::vector<double>& want
 
 // Runs the three ops in `type` (FP32 or BF16) on one geometry and checks them exactly.
 void check_float_type(const Geometry& g, Precision type) {
-  activate_test_class();
+  testing::activate_test_device_class();
   const ConvOnednnShape s = shape_of(g);
   const Naive nv{s};
   const size_t nx = size_t(s.n * s.c * s.h * s.w), nw = size_t(s.o * s.c * s.kernel * s.kernel);
@@ -160,7 +149,7 @@ TEST(ConvOnednn, Fp32MatchesTheNaiveConvolutionExactly) {
 }
 
 TEST(ConvOnednn, Bf16MatchesTheNaiveConvolutionExactly) {
-  activate_test_class();
+  testing::activate_test_device_class();
   if (cpu_isa_active() < CpuIsa::AVX512_BF16) {
     ConvOnednnCall c;
     c.shape = shape_of(GEOMETRIES[0]);
@@ -235,19 +224,19 @@ void check_int8(const Geometry& g) {
 }
 
 TEST(ConvOnednn, Int8ForwardAndBackwardDataMatchTheNaiveConvolutionExactly) {
-  activate_test_class();
+  testing::activate_test_device_class();
   for (const Geometry& g : GEOMETRIES) check_int8(g);
 }
 
 // INT8 calls run in chunks of samples whose FP32 sums fit 1 MiB: 256 KiB of forward sums a
 // sample here (chunks of 4 + 3), 160 KiB of input-gradient sums (6 + 1).
 TEST(ConvOnednn, Int8CallsInChunksOfSamplesMatchTheNaiveConvolutionExactly) {
-  activate_test_class();
+  testing::activate_test_device_class();
   check_int8({7, 40, 32, 32, 64, 3, 1, 1});
 }
 
 TEST(ConvOnednn, Int8WeightsBeyondSevenBitsAreRefusedWithoutVnni) {
-  activate_test_class();
+  testing::activate_test_device_class();
   if (cpu_isa_active() >= CpuIsa::AVX512) GTEST_SKIP() << "VNNI: 8-bit weights are exact";
   const ConvOnednnShape s = shape_of(GEOMETRIES[0]);
   const std::vector<int8_t> x(size_t(s.n * s.c * s.h * s.w), 1);
@@ -283,7 +272,7 @@ TEST(ConvOnednn, Int8WeightsBeyondSevenBitsAreRefusedWithoutVnni) {
 }
 
 TEST(ConvOnednn, RefusedCallsThrowNamingTheFallback) {
-  activate_test_class();
+  testing::activate_test_device_class();
   ConvOnednnCall c;
   c.shape = shape_of(GEOMETRIES[0]);
   c.type = Precision::FP16;

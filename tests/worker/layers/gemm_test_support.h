@@ -23,18 +23,11 @@
 #include "kernels/device_class.h"
 #include "planner/layer_precision.h"
 #include "planner/plan_file.h"
+#include "tests/kernels/test_device_class.h"
 #include "tests/worker/layers/layer_test_support.h"
 #include "worker/layer.h"
 
 namespace qsync::testing {
-
-// (A class this CPU lacks runs as its fallback, the class the trainer would run it as.)
-inline const DeviceClass& activate_test_device_class() {
-  const char* env = std::getenv("QSYNC_TEST_DEVICE_CLASS");
-  const DeviceClass& c = device_class_fallback(device_class_by_name(env != nullptr && *env != '\0' ? env : "cpu-amx"));
-  device_class_activate(c, 1);
-  return c;
-}
 
 // A training context with the 16-bit backward format of INT8 layers set as the trainer sets it
 // for the active class (worker/trainer.cpp): BF16 where the class computes it natively, else

@@ -113,10 +113,6 @@ ConvOnednnCall onednn_forward_call(const Tensor& xc, const Tensor& wc, const Ten
   return c;
 }
 
-// Whether a layer's saved operands are quantized with per-tensor scales (int8-all, fp8): then its
-// gradient is cast whole, one scale for the tensor, before any chunking.
-bool quantized(Precision p) { return p == Precision::INT8 || p == Precision::FP8_E4M3 || p == Precision::FP8_E5M2; }
-
 // db (O) += sum over samples and positions of dy (B, O, H'W'): per (sample, channel) plane eight
 // interleaved lane sums (lane j adds positions j, j + 8, ...; a fixed order, vectorized), added
 // pairwise, then to db sample by sample. Threads own whole channels: the same at any count. The
@@ -292,7 +288,9 @@ void CpuOps::conv2d_backward(const Conv2dBackward& a, const ConvGeometry& g, Ste
     conv_bias_grad_add(dy.f32(), batch, o, hw, a.db->f32());
   }
   if (conv2d_backward_onednn(a, g, ctx, layer)) return;
-  const bool cast_whole = quantized(xb.precision());
+  // Saved operands with scales (int8-all, fp8): the gradient is cast whole, one scale for the
+  // tensor, before any chunking.
+  const bool cast_whole = precision_takes_scales(xb.precision());
   const Tensor gq = cast_whole ? a.cast_dy(dy) : Tensor();  // (B, O, H', W') quantized
   const bool dx_on_im2col = a.dx != nullptr && !(cast_whole && conv2d_input_grad_onednn(gq, wb, g, *a.dx, ctx, layer));
   if (dx_on_im2col) fill_zero(*a.dx);

@@ -29,7 +29,6 @@
 namespace qsync {
 namespace {
 
-bool quantized(Precision p) { return p == Precision::INT8 || p == Precision::FP8_E4M3 || p == Precision::FP8_E5M2; }
 Conv2dShape shape_of(const ConvGeometry& g) { return {g.c, g.h, g.w, g.k, g.stride, g.pad, g.oh, g.ow}; }
 
 CudnnConvShape cudnn_shape(const ConvGeometry& g, int64_t batch, int64_t o) {
@@ -56,7 +55,7 @@ void widen(const Tensor& y16, Tensor& y, void* stream) {
 void CudaOps::conv2d_forward(const Tensor& xc, const Tensor& wc, const Tensor* bias, const ConvGeometry& g, Tensor& y,
                              StepContext& ctx, const std::string& layer) {
   const int64_t batch = xc.dim(0), o = wc.dim(0), hw = g.oh * g.ow, ckk = g.c * g.k * g.k;
-  if (!quantized(xc.precision())) {
+  if (!precision_takes_scales(xc.precision())) {
     OpClock clock(ctx, layer + ".conv_forward");
     CudnnConvCall call;
     call.op = CudnnConvOp::FORWARD;
@@ -110,7 +109,7 @@ void CudaOps::conv2d_backward(const Conv2dBackward& a, const ConvGeometry& g, St
     Tensor partial = scratch(batch * o * 4, "conv bias partials");
     conv_bias_grad_cuda(dy.as<float>(), a.db->as<float>(), batch, o, hw, partial.as<float>(), stream_);
   }
-  if (!quantized(xb.precision())) {
+  if (!precision_takes_scales(xb.precision())) {
     const Tensor gc = a.cast_dy(dy);  // (B, O, OH, OW) in the backward precision
     const Precision type = cudnn_type(gc.precision());
     CudnnConvCall call;
