@@ -34,7 +34,28 @@ inline void transpose_8x8(__m256 r[8]) {
   }
 }
 
+// The ReLU of eight outputs (a max with zero: NaN and -0 to +0, as the scalar `v > 0 ? v : 0`),
+// and their mask bytes (1 where the result is > 0) when `mask` is set.
+inline __m256 relu_8(__m256 v, uint8_t* mask) {
+  v = _mm256_max_ps(v, _mm256_setzero_ps());
+  if (mask != nullptr) {
+    const __m256i on = _mm256_srli_epi32(_mm256_castps_si256(_mm256_cmp_ps(v, _mm256_setzero_ps(), _CMP_GT_OQ)), 31);
+    const __m128i words = _mm_packs_epi32(_mm256_castsi256_si128(on), _mm256_extracti128_si256(on, 1));
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(mask), _mm_packus_epi16(words, words));
+  }
+  return v;
+}
+
 #endif
+
+// One output value the scalar way: the transform, the ReLU and its mask byte.
+inline float output_one(float sum, float scale, float bias, const Int8Output& t, uint8_t* mask) {
+  float v = sum * scale + bias;
+  if (!t.relu) return v;
+  v = v > 0.0f ? v : 0.0f;
+  if (mask != nullptr) *mask = v > 0.0f ? 1 : 0;
+  return v;
+}
 
 }  // namespace
 
@@ -49,6 +70,7 @@ void int8_nhwc_to_nchw(const float* sums, const Int8Output& t, float* out) {
     const int64_t b = i / tiles, p0 = (i % tiles) * TILE, p1 = std::min(t.hw, p0 + TILE);
     const float* src = sums + b * t.hw * ch;
     float* dst = out + b * ch * t.hw;
+    uint8_t* mask = t.relu_mask != nullptr ? t.relu_mask + b * ch * t.hw : nullptr;  // (C, H*W) of sample b
     int64_t c0 = 0;
 #ifdef __AVX2__
     for (; c0 + 8 <= ch; c0 += 8) {
@@ -62,18 +84,24 @@ void int8_nhwc_to_nchw(const float* sums, const Int8Output& t, float* out) {
         __m256 r[8];
         for (int j = 0; j < 8; ++j) r[j] = _mm256_loadu_ps(src + (p + j) * ch + c0);
         transpose_8x8(r);
-        for (int j = 0; j < 8; ++j)
-          _mm256_storeu_ps(dst + (c0 + j) * t.hw + p, _mm256_add_ps(_mm256_mul_ps(r[j], scale[j]), bias[j]));
+        for (int j = 0; j < 8; ++j) {
+          const int64_t at = (c0 + j) * t.hw + p;
+          __m256 v = _mm256_add_ps(_mm256_mul_ps(r[j], scale[j]), bias[j]);
+          if (t.relu) v = relu_8(v, mask != nullptr ? mask + at : nullptr);
+          _mm256_storeu_ps(dst + at, v);
+        }
       }
       for (int64_t c = c0; c < c0 + 8; ++c) {
         const float sc = t.channel_scale(c), bc = t.bias != nullptr ? t.bias[c] : 0.0f;
-        for (int64_t q = p; q < p1; ++q) dst[c * t.hw + q] = src[q * ch + c] * sc + bc;
+        for (int64_t q = p; q < p1; ++q)
+          dst[c * t.hw + q] = output_one(src[q * ch + c], sc, bc, t, mask != nullptr ? mask + c * t.hw + q : nullptr);
       }
     }
 #endif
     for (int64_t c = c0; c < ch; ++c) {
       const float sc = t.channel_scale(c), bc = t.bias != nullptr ? t.bias[c] : 0.0f;
-      for (int64_t q = p0; q < p1; ++q) dst[c * t.hw + q] = src[q * ch + c] * sc + bc;
+      for (int64_t q = p0; q < p1; ++q)
+        dst[c * t.hw + q] = output_one(src[q * ch + c], sc, bc, t, mask != nullptr ? mask + c * t.hw + q : nullptr);
     }
   }
 }
@@ -85,7 +113,12 @@ void int8_scale_in_place(const Int8Output& t, float* out) {
     float* row = out + nc * t.hw;
     const int64_t c = nc % t.channels;
     const float scale = t.channel_scale(c), bias = t.bias != nullptr ? t.bias[c] : 0.0f;
-    for (int64_t i = 0; i < t.hw; ++i) row[i] = row[i] * scale + bias;
+    uint8_t* mask = t.relu_mask != nullptr ? t.relu_mask + nc * t.hw : nullptr;
+    if (!t.relu) {
+      for (int64_t i = 0; i < t.hw; ++i) row[i] = row[i] * scale + bias;
+      continue;
+    }
+    for (int64_t i = 0; i < t.hw; ++i) row[i] = output_one(row[i], scale, bias, t, mask != nullptr ? mask + i : nullptr);
   }
 }
 

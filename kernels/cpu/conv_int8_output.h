@@ -9,13 +9,16 @@
 namespace qsync {
 
 // How an INT8 call's FP32 sums become its output: out(c) = sums(c) * scale * channel_scale(c) +
-// bias(c) over `channels` planes of `hw` values. Below VNNI the sums are twice ours (doubled
-// weights, conv_onednn.h) and the scale halves them (exact: a power of two).
+// bias(c) over `channels` planes of `hw` values, then with `relu` out = out > 0 ? out : 0 and,
+// when relu_mask is set, mask = out > 0 (uint8 0/1, the output's shape). Below VNNI the sums are
+// twice ours (doubled weights, conv_onednn.h) and the scale halves them (exact: a power of two).
 struct Int8Output {
   int64_t n, channels, hw;
   float scale;
   const float* channel_scales;  // (channels) or nullptr
   const float* bias;            // (channels) or nullptr
+  bool relu = false;
+  uint8_t* relu_mask = nullptr;  // (n, channels, hw) or nullptr
   float channel_scale(int64_t c) const { return scale * (channel_scales != nullptr ? channel_scales[c] : 1.0f); }
 };
 

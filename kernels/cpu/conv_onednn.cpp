@@ -75,14 +75,16 @@ struct Key {
   Precision type;
   int64_t n, c, h, w, o, kernel, stride, pad, oh, ow;
   bool bias;
-  auto tie() const { return std::tie(op, type, n, c, h, w, o, kernel, stride, pad, oh, ow, bias); }
+  bool relu;  // the relu post-op (FP32 and BF16 forward; INT8 applies it in its output transform)
+  auto tie() const { return std::tie(op, type, n, c, h, w, o, kernel, stride, pad, oh, ow, bias, relu); }
   bool operator<(const Key& k) const { return tie() < k.tie(); }
 };
 
 Key key_of(const ConvOnednnCall& c) {
   const ConvOnednnShape& s = c.shape;
+  const bool forward_not_int8 = c.op == ConvOnednnOp::FORWARD && c.type != Precision::INT8;
   return {c.op, c.type, s.n, s.c, s.h, s.w, s.o, s.kernel, s.stride, s.pad, s.oh, s.ow,
-          c.op == ConvOnednnOp::FORWARD && c.bias != nullptr && c.type != Precision::INT8};
+          forward_not_int8 && c.bias != nullptr, forward_not_int8 && c.relu};
 }
 
 // INT8 weights below VNNI are handed to oneDNN doubled (see conv_onednn.h).
@@ -164,6 +166,11 @@ ConvPrimitive create(const Key& k) {
       // primitive per step); the integer sums come out as FP32 and the scales follow (run).
       // oneDNN's INT8 convolutions are inference-only; for a convolution the two are the same.
       const auto prop = k.type == Precision::INT8 ? dnnl::prop_kind::forward_inference : dnnl::prop_kind::forward_training;
+      if (k.relu) {  // eltwise_relu with alpha 0 is a max with zero (NaN and -0 to +0)
+        dnnl::post_ops ops;
+        ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
+        attr.set_post_ops(ops);
+      }
       const auto d = k.bias ? dnnl::convolution_forward::desc(prop, algo, src_any, wei_any, bias_md, dst_f32_any,
                                                               strides, pad_l, pad_r)
                             : dnnl::convolution_forward::desc(prop, algo, src_any, wei_any, dst_f32_any, strides,
@@ -255,7 +262,8 @@ dnnl::stream& thread_stream() {
 Int8Output int8_output_of(const ConvOnednnCall& call) {
   const ConvOnednnShape& s = call.shape;
   const float halve = int8_weights_doubled(call.type) ? 0.5f : 1.0f;
-  if (call.op == ConvOnednnOp::FORWARD) return {s.n, s.o, s.oh * s.ow, call.x_scale * halve, call.w_scales, call.bias};
+  if (call.op == ConvOnednnOp::FORWARD)
+    return {s.n, s.o, s.oh * s.ow, call.x_scale * halve, call.w_scales, call.bias, call.relu, call.relu_mask};
   return {s.n, s.c, s.h * s.w, call.dy_scale * call.w_scales[0] * halve, nullptr, nullptr};
 }
 
@@ -335,6 +343,12 @@ void run_call(const ConvOnednnCall& call, const memory* prepared_dy) {
     for (int64_t i = 0; i < n; ++i) out[i] += plain_out[i];
   }
   if (int8) int8_scale_in_place(int8_output_of(call), out);
+  if (!int8 && call.relu_mask != nullptr) {  // the relu post-op ran: the mask of its outputs
+    const int64_t n = call.shape.n * call.shape.o * call.shape.oh * call.shape.ow;
+    uint8_t* const mask = call.relu_mask;
+#pragma omp parallel for simd schedule(static) if (n > (1 << 16))
+    for (int64_t i = 0; i < n; ++i) mask[i] = out[i] > 0.0f ? 1 : 0;
+  }
 }
 
 // An INT8 call in chunks of samples whose FP32 sums stay in L2 (1 MiB of them) until the output
@@ -360,6 +374,7 @@ void run_int8_in_chunks(const ConvOnednnCall& whole) {
     const auto* in = static_cast<const int8_t*>(forward ? call.x : call.dy) + s0 * in_bytes;
     (forward ? c.x : c.dy) = in;
     c.out = call.out + s0 * out_floats;
+    if (call.relu_mask != nullptr) c.relu_mask = call.relu_mask + s0 * out_floats;
     run_call(c, nullptr);
   }
 }

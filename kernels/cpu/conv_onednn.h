@@ -53,6 +53,11 @@ struct ConvOnednnCall {
   const float* w_scales = nullptr;  // INT8: FORWARD (O) per output channel; BACKWARD_DATA (1) per tensor
   float dy_scale = 1.0f;            // INT8 BACKWARD_DATA: dy = dy_scale * q
   float* out = nullptr;
+  // FORWARD: a ReLU after the bias, out = out > 0 ? out : 0 (NaN and -0 to +0): oneDNN's relu
+  // post-op (a max with zero) in FP32 and BF16, the output transform in INT8; and its mask
+  // (N, O, OH, OW), 1 where out > 0, else 0, when relu_mask is set.
+  bool relu = false;
+  uint8_t* relu_mask = nullptr;
 };
 
 // Whether oneDNN runs this call (shape, op, type) with a JIT kernel under the active ISA cap

@@ -4,7 +4,9 @@
 // AVX2 + FMA (CpuIsa::AVX2), else the _ref functions. Bit-identical to the _ref functions:
 // the arithmetic is the one spelled out at the top of ref/quantize_ref.cpp (x * (1/scale) then
 // RNE; or floor(fma(x, 1/scale, u)); NaN -> 0; clamp to [-127, 127]), and the stochastic noise
-// is the same splitmix64 stream, computed in 64-bit integer lanes.
+// is the same splitmix64 stream, computed in 64-bit integer lanes: one output per quad of
+// elements (16 bits each, in index order from the low end), so the vector loops start on an index
+// divisible by 4 (the elements before it are quantized one at a time).
 //
 // Buffers of n >= 2^16 elements are split into fixed chunks run by an OpenMP parallel for.
 // Each quantized element depends only on its own value and flat index, and amax is a max
@@ -20,6 +22,7 @@
 #endif
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <vector>
 
@@ -70,10 +73,18 @@ uint64_t mix64(uint64_t z) {  // the splitmix64 finalizer, as in ref/quantize_re
   return z ^ (z >> 31);
 }
 
-// The splitmix64 states of elements first .. first + lanes - 1: mix64(seed) + (i + 1) * step.
-void initial_states(uint64_t seed, uint64_t first, int lanes, uint64_t* out) {
+// The splitmix64 states of the element quads j = quad .. quad + lanes - 1: mix64(seed) + (j + 1) * step.
+void initial_states(uint64_t seed, uint64_t quad, int lanes, uint64_t* out) {
   const uint64_t key = mix64(seed);
-  for (int l = 0; l < lanes; ++l) out[l] = key + (first + static_cast<uint64_t>(l) + 1) * WEYL_STEP;
+  for (int l = 0; l < lanes; ++l) out[l] = key + (quad + static_cast<uint64_t>(l) + 1) * WEYL_STEP;
+}
+
+// One element the reference's way (ref/quantize_ref.cpp): the lead-in of a span whose first
+// index is not divisible by 4.
+int8_t quantize_stochastic_one(float x, float inv, uint64_t seed, uint64_t index) {
+  const float y = std::floor(std::fma(x, inv, stochastic_uniform(seed, index)));
+  if (std::isnan(y)) return 0;
+  return static_cast<int8_t>(std::min(std::max(y, -127.0f), 127.0f));
 }
 
 // ---- AVX-512 ------------------------------------------------------------------------------
@@ -90,12 +101,13 @@ QSYNC_TARGET_AVX512 inline __m512i mix64_avx512(__m512i z) {
   return _mm512_xor_si512(z, _mm512_srli_epi64(z, 31));
 }
 
-// u for 16 consecutive elements from their states (lanes 0-7 in s0, 8-15 in s1).
-QSYNC_TARGET_AVX512 inline __m512 noise_avx512(__m512i s0, __m512i s1) {
-  const __m256i lo = _mm512_cvtepi64_epi32(_mm512_srli_epi64(mix64_avx512(s0), 40));
-  const __m256i hi = _mm512_cvtepi64_epi32(_mm512_srli_epi64(mix64_avx512(s1), 40));
-  const __m512i bits = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
-  return _mm512_mul_ps(_mm512_cvtepi32_ps(bits), _mm512_set1_ps(0x1p-24f));
+// u for 32 consecutive elements from the states of their 8 quads: the outputs' 16-bit words in
+// index order (element 4j + k takes bits 16k .. 16k + 15 of output j), elements 0-15 in lo.
+QSYNC_TARGET_AVX512 inline void noise_avx512(__m512i s, __m512& lo, __m512& hi) {
+  const __m512i z = mix64_avx512(s);
+  const __m512 unit = _mm512_set1_ps(0x1p-16f);
+  lo = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepu16_epi32(_mm512_castsi512_si256(z))), unit);
+  hi = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64(z, 1))), unit);
 }
 
 // NaN -> 0, clamp to [-127, 127], convert (exact) and store the masked lanes as int8.
@@ -117,18 +129,21 @@ QSYNC_TARGET_AVX512 void quantize_avx512(const float* x, int8_t* q, int64_t n, f
     }
     return;
   }
-  alignas(64) uint64_t st[16];
-  initial_states(seed, first, 16, st);
-  __m512i s0 = _mm512_load_si512(st);
-  __m512i s1 = _mm512_load_si512(st + 8);
-  const __m512i step = _mm512_set1_epi64(static_cast<long long>(16 * WEYL_STEP));
-  for (int64_t i = 0; i < n; i += 16) {
-    const __mmask16 k = tail_mask16(n - i);
-    const __m512 u = noise_avx512(s0, s1);
-    s0 = _mm512_add_epi64(s0, step);
-    s1 = _mm512_add_epi64(s1, step);
-    const __m512 y = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(k, x + i), vinv, u);
-    store_q_avx512(q + i, k, _mm512_roundscale_ps(y, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC));
+  for (; n > 0 && (first & 3) != 0; --n) *q++ = quantize_stochastic_one(*x++, inv, seed, first++);
+  alignas(64) uint64_t st[8];
+  initial_states(seed, first / 4, 8, st);
+  __m512i s = _mm512_load_si512(st);
+  const __m512i step = _mm512_set1_epi64(static_cast<long long>(8 * WEYL_STEP));
+  for (int64_t i = 0; i < n; i += 32) {
+    __m512 u[2];
+    noise_avx512(s, u[0], u[1]);
+    s = _mm512_add_epi64(s, step);
+    for (int h = 0; h < 2 && i + 16 * h < n; ++h) {
+      const int64_t b = i + 16 * h;
+      const __mmask16 k = tail_mask16(n - b);
+      const __m512 y = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(k, x + b), vinv, u[h]);
+      store_q_avx512(q + b, k, _mm512_roundscale_ps(y, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC));
+    }
   }
 }
 
@@ -173,28 +188,19 @@ QSYNC_TARGET_AVX2 inline __m256i mullo64_avx2(__m256i a, uint64_t c) {
   return _mm256_add_epi64(_mm256_mul_epu32(a, c_lo), _mm256_slli_epi64(cross_sum, 32));
 }
 
-// Bits 40-63 of mix64(z), the splitmix64 finalizer, as a 64-bit lane < 2^24. The finalizer's last
-// xor-shift (z ^ z >> 31) leaves these bits alone, and of the last multiply only its high word is
-// needed: hi(aL cL) + aH cL + aL cH mod 2^32.
-QSYNC_TARGET_AVX2 inline __m256i mix64_top24_avx2(__m256i z) {
+QSYNC_TARGET_AVX2 inline __m256i mix64_avx2(__m256i z) {  // the splitmix64 finalizer
   z = mullo64_avx2(_mm256_xor_si256(z, _mm256_srli_epi64(z, 30)), MIX_MUL_1);
-  z = _mm256_xor_si256(z, _mm256_srli_epi64(z, 27));
-  const __m256i c_lo = _mm256_set1_epi64x(static_cast<long long>(MIX_MUL_2 & 0xffffffffull));
-  const __m256i c_swapped = _mm256_set1_epi64x(static_cast<long long>((MIX_MUL_2 << 32) | (MIX_MUL_2 >> 32)));
-  const __m256i cross = _mm256_mullo_epi32(z, c_swapped);                     // [zL cH, zH cL]
-  const __m256i high = _mm256_add_epi32(_mm256_mul_epu32(z, c_lo),           // high word: hi(zL cL)
-                                        _mm256_add_epi32(cross, _mm256_slli_epi64(cross, 32)));  // + zL cH + zH cL
-  return _mm256_srli_epi64(high, 40);
+  z = mullo64_avx2(_mm256_xor_si256(z, _mm256_srli_epi64(z, 27)), MIX_MUL_2);
+  return _mm256_xor_si256(z, _mm256_srli_epi64(z, 31));
 }
 
-// u for 8 consecutive elements (lanes 0-3 in s0, 4-7 in s1).
-QSYNC_TARGET_AVX2 inline __m256 noise_avx2(__m256i s0, __m256i s1) {
-  const __m256i a = mix64_top24_avx2(s0);  // < 2^24 in each 64-bit lane
-  const __m256i b = mix64_top24_avx2(s1);
-  // 32-bit words [a0 b0 a1 b1 a2 b2 a3 b3] -> [a0 a1 a2 a3 b0 b1 b2 b3].
-  const __m256i ab = _mm256_or_si256(a, _mm256_slli_epi64(b, 32));
-  const __m256i bits = _mm256_permutevar8x32_epi32(ab, _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7));
-  return _mm256_mul_ps(_mm256_cvtepi32_ps(bits), _mm256_set1_ps(0x1p-24f));
+// u for 16 consecutive elements from the states of their 4 quads: the outputs' 16-bit words in
+// index order (element 4j + k takes bits 16k .. 16k + 15 of output j), elements 0-7 in lo.
+QSYNC_TARGET_AVX2 inline void noise_avx2(__m256i s, __m256& lo, __m256& hi) {
+  const __m256i z = mix64_avx2(s);
+  const __m256 unit = _mm256_set1_ps(0x1p-16f);
+  lo = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu16_epi32(_mm256_castsi256_si128(z))), unit);
+  hi = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu16_epi32(_mm256_extracti128_si256(z, 1))), unit);
 }
 
 // NaN -> 0, clamp, convert; returns the 8 int8 values in the low 64 bits.
@@ -210,30 +216,36 @@ QSYNC_TARGET_AVX2 inline __m128i pack_q_avx2(__m256 y) {
 QSYNC_TARGET_AVX2 void quantize_avx2(const float* x, int8_t* q, int64_t n, float inv, Rounding r,
                                      uint64_t seed, uint64_t first) {
   const __m256 vinv = _mm256_set1_ps(inv);
-  alignas(32) uint64_t st[8];
-  initial_states(seed, first, 8, st);
-  __m256i s0 = _mm256_load_si256(reinterpret_cast<const __m256i*>(st));
-  __m256i s1 = _mm256_load_si256(reinterpret_cast<const __m256i*>(st + 4));
-  const __m256i step = _mm256_set1_epi64x(static_cast<long long>(8 * WEYL_STEP));
   const bool stochastic = r == Rounding::STOCHASTIC;
-  auto block = [&](const float* xb) QSYNC_TARGET_AVX2 {
-    const __m256 v = _mm256_loadu_ps(xb);
-    if (!stochastic)
-      return pack_q_avx2(
-          _mm256_round_ps(_mm256_mul_ps(v, vinv), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-    const __m256 u = noise_avx2(s0, s1);
-    s0 = _mm256_add_epi64(s0, step);
-    s1 = _mm256_add_epi64(s1, step);
-    return pack_q_avx2(
-        _mm256_round_ps(_mm256_fmadd_ps(v, vinv, u), _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC));
+  if (stochastic)
+    for (; n > 0 && (first & 3) != 0; --n) *q++ = quantize_stochastic_one(*x++, inv, seed, first++);
+  alignas(32) uint64_t st[4];
+  initial_states(seed, first / 4, 4, st);
+  __m256i s = _mm256_load_si256(reinterpret_cast<const __m256i*>(st));
+  const __m256i step = _mm256_set1_epi64x(static_cast<long long>(4 * WEYL_STEP));
+  // 16 elements: two blocks of 8, stored as one 16-byte vector.
+  auto block16 = [&](const float* xb) QSYNC_TARGET_AVX2 {
+    const __m256 v0 = _mm256_loadu_ps(xb), v1 = _mm256_loadu_ps(xb + 8);
+    __m256 y0, y1;
+    if (stochastic) {
+      __m256 u0, u1;
+      noise_avx2(s, u0, u1);
+      s = _mm256_add_epi64(s, step);
+      y0 = _mm256_round_ps(_mm256_fmadd_ps(v0, vinv, u0), _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+      y1 = _mm256_round_ps(_mm256_fmadd_ps(v1, vinv, u1), _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+    } else {
+      y0 = _mm256_round_ps(_mm256_mul_ps(v0, vinv), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+      y1 = _mm256_round_ps(_mm256_mul_ps(v1, vinv), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    }
+    return _mm_unpacklo_epi64(pack_q_avx2(y0), pack_q_avx2(y1));
   };
   int64_t i = 0;
-  for (; i + 8 <= n; i += 8) _mm_storel_epi64(reinterpret_cast<__m128i*>(q + i), block(x + i));
+  for (; i + 16 <= n; i += 16) _mm_storeu_si128(reinterpret_cast<__m128i*>(q + i), block16(x + i));
   if (i < n) {  // tail through a zero-padded block
-    alignas(32) float in[8] = {};
+    alignas(32) float in[16] = {};
     alignas(16) int8_t out[16];
     std::copy(x + i, x + n, in);
-    _mm_store_si128(reinterpret_cast<__m128i*>(out), block(in));
+    _mm_store_si128(reinterpret_cast<__m128i*>(out), block16(in));
     std::copy(out, out + (n - i), q + i);
   }
 }

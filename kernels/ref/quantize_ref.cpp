@@ -64,16 +64,21 @@ void amax_rows_ref(const float* x, int64_t rows, int64_t cols, float* out) {
 
 float int8_scale_from_amax(float amax) { return amax == 0.0f ? 1.0f : amax / 127.0f; }
 
-// u(seed, i) is element i of the splitmix64 stream whose state starts at mix64(seed):
+// u(seed, i) is one 16-bit field of output j = i / 4 of the splitmix64 stream whose state starts
+// at mix64(seed): each 64-bit output serves four consecutive elements.
 //   key   = mix64(seed)
-//   state = key + (i + 1) * 0x9e3779b97f4a7c15        (mod 2^64; the golden-ratio Weyl step)
-//   bits  = mix64(state) >> 40                          (the top 24 bits)
-//   u     = bits * 2^-24                                (exact in FP32; u in [0, 1 - 2^-24])
+//   state = key + (j + 1) * 0x9e3779b97f4a7c15        (mod 2^64; the golden-ratio Weyl step)
+//   z     = mix64(state)
+//   bits  = (z >> (16 * (i % 4))) & 0xffff             (element 4j + k: bits 16k .. 16k + 15)
+//   u     = bits * 2^-16                                (exact in FP32; u in [0, 1 - 2^-16])
+// 16 bits of noise keep the rounding unbiased to within 2^-16 of one quantization step (a value
+// below 2^-16 steps from the grid point under it always rounds down), and the 64-bit hashing,
+// the cost of stochastic rounding, is shared by four elements.
 // Pure 64-bit unsigned integer arithmetic (wrapping multiply, xor, shift) until the last step,
 // so any language or device reproduces it bit for bit. Golden values are in quantize_test.cpp.
 float stochastic_uniform(uint64_t seed, uint64_t index) {
-  const uint64_t state = mix64(seed) + (index + 1) * 0x9e3779b97f4a7c15ull;
-  return static_cast<float>(mix64(state) >> 40) * 0x1p-24f;
+  const uint64_t z = mix64(mix64(seed) + (index / 4 + 1) * 0x9e3779b97f4a7c15ull);
+  return static_cast<float>((z >> (16 * (index % 4))) & 0xffffull) * 0x1p-16f;
 }
 
 void quantize_int8_ref(const float* x, int8_t* q, int64_t n, float scale, Rounding r,

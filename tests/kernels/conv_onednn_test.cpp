@@ -1,6 +1,6 @@
-// Unit tests for kernels/cpu/conv_onednn.h: forward, backward data and backward weights in FP32,
-// BF16 (where the CPU has BF16 dot products) and INT8 forward and backward data against a naive
-// direct convolution in double, on awkward geometries (odd sizes, stride 2, 1x1, channel counts
+// Unit tests for kernels/cpu/conv_onednn.h: forward (also with its ReLU epilogue and mask),
+// backward data and backward weights in FP32, BF16 (where the CPU has BF16 dot products) and INT8
+// forward and backward data against a naive direct convolution in double, on awkward geometries (odd sizes, stride 2, 1x1, channel counts
 // that are not multiples of oneDNN's blocks), and the refusals (what conv_onednn_supports
 // declines runs elsewhere). Inputs are multiples of 1/16 in [-2, 2] (exact in BF16) or small
 // integers with power-of-two scales, so every sum is exact in FP32: results must match exactly.
@@ -10,6 +10,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -85,6 +86,30 @@ void expect_equal(const std::vector<float>& got, const std::vector<double>& want
   for (size_t i = 0; i < got.size(); ++i) ASSERT_EQ(double(got[i]), want[i]) << what << " at " << i;
 }
 
+// The forward `c` again with the ReLU epilogue, with its mask and without (evaluation): y is the
+// ReLU of y_ref (+0, never -0, where y_ref <= 0) and the mask is 1 exactly where y_ref > 0.
+void check_relu_epilogue(ConvOnednnCall c, const std::vector<double>& y_ref) {
+  size_t positive = 0;
+  for (double v : y_ref) positive += v > 0.0;
+  ASSERT_GT(positive, 0u);
+  ASSERT_LT(positive, y_ref.size()) << "the test needs outputs on both sides of zero";
+  std::vector<float> y(y_ref.size(), -3.0f);
+  std::vector<uint8_t> mask(y_ref.size(), 7);
+  c.relu = true;
+  c.out = y.data();
+  for (uint8_t* m : {mask.data(), static_cast<uint8_t*>(nullptr)}) {
+    c.relu_mask = m;
+    conv_onednn_run(c);
+    for (size_t i = 0; i < y.size(); ++i) {
+      ASSERT_EQ(double(y[i]), std::max(y_ref[i], 0.0)) << "relu y at " << i;
+      ASSERT_FALSE(std::signbit(y[i])) << "relu y at " << i << " is -0";
+      if (m != nullptr) {
+        ASSERT_EQ(mask[i], y_ref[i] > 0.0 ? 1 : 0) << "relu mask at " << i;
+      }
+    }
+  }
+}
+
 // Runs the three ops in `type` (FP32 or BF16) on one geometry and checks them exactly.
 void check_float_type(const Geometry& g, Precision type) {
   testing::activate_test_device_class();
@@ -114,6 +139,7 @@ void check_float_type(const Geometry& g, Precision type) {
   c.out = y.data();
   conv_onednn_run(c);
   expect_equal(y, y_ref, "y");
+  check_relu_epilogue(c, y_ref);
   c.op = ConvOnednnOp::BACKWARD_DATA;
   c.dy = bf16 ? static_cast<const void*>(dy16.data()) : dy.data();
   c.out = dx.data();
@@ -206,6 +232,7 @@ void check_int8(const Geometry& g) {
   c.out = y.data();
   conv_onednn_run(c);
   expect_equal(y, y_ref, "int8 y");
+  check_relu_epilogue(c, y_ref);
   ConvOnednnCall data;
   data.op = ConvOnednnOp::BACKWARD_DATA;
   data.shape = s;

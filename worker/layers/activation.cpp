@@ -27,6 +27,11 @@ ReluLayer::ReluLayer(const LayerDesc& d, MemoryAccount* memory) : Layer(d) {
 
 Tensor ReluLayer::forward(const Tensor& x, StepContext& ctx) {
   check_batched(x, desc_.in_shape, name(), "input");
+  if (applied_by_previous_layer_) {  // x is rectified; the previous layer handed over the mask
+    if (ctx.training && (!mask_.defined() || mask_.shape() != x.shape()))
+      throw std::logic_error("layer '" + name() + "': applied by the previous layer, which handed over no mask");
+    return x;
+  }
   DeviceOps& ops = ops_of(ctx);
   Tensor y = ops.empty(x.shape(), Precision::FP32, ctx.memory, name() + ".out");  // (B, N...)
   mask_ = Tensor();

@@ -15,9 +15,15 @@ class ReluLayer : public Layer {
   Tensor forward(const Tensor& x, StepContext& ctx) override;
   Tensor backward(const Tensor& dy, StepContext& ctx) override;
   int64_t saved_bytes() const override { return mask_.defined() ? mask_.bytes() : 0; }
+  // The layer before applies this ReLU in its own output pass (Conv2dLayer::fuse_relu): the
+  // forward passes its input through, and the backward uses the mask that layer handed over.
+  void set_applied_by_previous_layer() { applied_by_previous_layer_ = true; }
+  bool applied_by_previous_layer() const { return applied_by_previous_layer_; }
+  void take_mask(Tensor mask) { mask_ = std::move(mask); }
 
  private:
   Tensor mask_;  // (B, in_shape...) uint8 0/1, stored as a 1-byte (INT8) tensor
+  bool applied_by_previous_layer_ = false;
 };
 
 class GeluLayer : public Layer {

@@ -5,6 +5,8 @@
 #include <stdexcept>
 #include <string_view>
 
+#include "worker/layers/activation.h"
+#include "worker/layers/conv2d.h"
 #include "worker/layers/shape_check.h"
 
 namespace qsync {
@@ -48,6 +50,13 @@ SequentialLayer::SequentialLayer(const LayerDesc& d, MemoryAccount* memory, cons
       throw std::invalid_argument("layer '" + d.name + "': child '" + prev.name() + "' outputs " +
                                   tensor_shape_string(prev.desc().out_shape) + " but '" + next.name() +
                                   "' takes " + tensor_shape_string(next.desc().in_shape));
+  }
+  // A convolution followed by a ReLU applies it in its output pass: one pass over the activation
+  // fewer, forward and backward unchanged to the bit.
+  for (size_t i = 1; i < children_.size(); ++i) {
+    auto* conv = dynamic_cast<Conv2dLayer*>(children_[i - 1].get());
+    auto* relu = dynamic_cast<ReluLayer*>(children_[i].get());
+    if (conv != nullptr && relu != nullptr) conv->fuse_relu(*relu);
   }
   if (!children_.empty()) {
     const Shape& first_in = children_.front()->desc().in_shape;

@@ -37,8 +37,15 @@ int64_t Conv2dLayer::saved_bytes() const {
          (w_saved_.defined() && layer_precision_traits(precision_).weight_copy ? w_saved_.bytes() : 0);
 }
 
+void Conv2dLayer::fuse_relu(ReluLayer& relu) {
+  if (relu.desc().in_shape != desc_.out_shape)
+    throw std::logic_error("layer '" + name() + "': cannot apply ReLU '" + relu.name() + "', whose input is not this output");
+  fused_relu_ = &relu;
+  relu.set_applied_by_previous_layer();
+}
+
 // ---------------------------------------------------------------------------------------------
-// forward: y (B, O, H', W') = conv(cast x, cast W) + b
+// forward: y (B, O, H', W') = relu(conv(cast x, cast W) + b), the ReLU when one is fused
 
 Tensor Conv2dLayer::forward(const Tensor& x, StepContext& ctx) {
   DeviceOps& ops = ops_of(ctx);
@@ -47,7 +54,17 @@ Tensor Conv2dLayer::forward(const Tensor& x, StepContext& ctx) {
   const Tensor xc = cast_activation(x, precision_, ctx, name(), OperandRole::B);  // (B, C, H, W)
   const Tensor wc = cast_weight(weight_.value, precision_, ctx, name(), OperandRole::A);  // (O, CKK)
   Tensor y = ops.empty({batch, o_, g_.oh, g_.ow}, Precision::FP32, ctx.memory, name() + " output");
-  ops.conv2d_forward(xc, wc, bias_.value.defined() ? &bias_.value : nullptr, g_, y, ctx, name());
+  ConvEpilogue epilogue;
+  Tensor relu_mask;  // (B, O, H', W') uint8 0/1, the fused ReLU's
+  if (fused_relu_ != nullptr) {
+    epilogue.relu = true;
+    if (ctx.training) {
+      relu_mask = ops.empty(y.shape(), Precision::INT8, ctx.memory, fused_relu_->name() + ".mask");
+      epilogue.relu_mask = &relu_mask;
+    }
+  }
+  ops.conv2d_forward(xc, wc, bias_.value.defined() ? &bias_.value : nullptr, g_, epilogue, y, ctx, name());
+  if (fused_relu_ != nullptr) fused_relu_->take_mask(std::move(relu_mask));
   if (ctx.training) {
     x_saved_ = xc;
     w_saved_ = wc;

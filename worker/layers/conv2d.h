@@ -9,6 +9,7 @@
 
 #include "planner/layer_precision.h"
 #include "worker/layer.h"
+#include "worker/layers/activation.h"
 #include "worker/ops/cpu/cpu_kernels.h"  // im2col / col2im_add (calibration measures the im2col norm)
 
 namespace qsync {
@@ -25,6 +26,9 @@ class Conv2dLayer : public Layer {
   int64_t saved_bytes() const override;
   LayerPrecision precision() const { return precision_; }
   void set_precision(LayerPrecision p) { precision_ = p; }
+  // Applies `relu`, the layer right after this one, in this layer's output pass (no pass of its
+  // own over the output) and hands it the mask its backward needs.
+  void fuse_relu(ReluLayer& relu);
 
  private:
   ConvGeometry g_;
@@ -33,6 +37,7 @@ class Conv2dLayer : public Layer {
   LayerPrecision precision_ = LayerPrecision::FP32;
   Tensor x_saved_;  // (B, C, H, W) in the forward precision
   Tensor w_saved_;  // (O, C*k*k) in the forward precision
+  ReluLayer* fused_relu_ = nullptr;
 
 };
 

@@ -59,8 +59,8 @@ class CpuOps final : public DeviceOps {
                          StepContext& ctx, const std::string& layer) override;
   void attention_backward(const Tensor& qkv, const Tensor& att, const Tensor& dout, const AttentionShape& s,
                           bool allow_tf32, Tensor& dqkv, StepContext& ctx, const std::string& layer) override;
-  void conv2d_forward(const Tensor& xc, const Tensor& wc, const Tensor* bias, const ConvGeometry& g, Tensor& y,
-                      StepContext& ctx, const std::string& layer) override;
+  void conv2d_forward(const Tensor& xc, const Tensor& wc, const Tensor* bias, const ConvGeometry& g,
+                      const ConvEpilogue& epilogue, Tensor& y, StepContext& ctx, const std::string& layer) override;
   void conv2d_backward(const Conv2dBackward& a, const ConvGeometry& g, StepContext& ctx,
                        const std::string& layer) override;
 

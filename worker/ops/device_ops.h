@@ -37,6 +37,14 @@ struct StepContext;
 struct ConvGeometry {
   int64_t c, h, w, k, stride, pad, oh, ow;
 };
+// What a convolution's forward applies after its bias: nothing, or a ReLU, y = y > 0 ? y : 0
+// (NaN and -0 to +0, as relu_forward), writing the ReLU's mask (uint8 0/1, (B, O, OH, OW)) when
+// relu_mask is set: the ReLU layer that follows a convolution runs in the convolution's output
+// pass (Conv2dLayer::fuse_relu).
+struct ConvEpilogue {
+  bool relu = false;
+  Tensor* relu_mask = nullptr;
+};
 struct PoolGeometry {
   int64_t c, h, w, kernel, stride, pad, oh, ow;
 };
@@ -219,10 +227,10 @@ class DeviceOps {
   // where a causal row does not see a token: CpuOps' blocked products add those zeros).
   virtual void attention_backward(const Tensor& qkv, const Tensor& att, const Tensor& dout, const AttentionShape& s,
                                   bool allow_tf32, Tensor& dqkv, StepContext& ctx, const std::string& layer) = 0;
-  // y (B, O, OH, OW) FP32 = conv(xc (B, C, H, W), wc (O, C*k*k)) + bias (O, optional); xc and wc
-  // in one precision (INT8 / FP8 with scales). Sub-ops are timed as "<layer>.<op>" in ctx.timer.
+  // y (B, O, OH, OW) FP32 = epilogue(conv(xc (B, C, H, W), wc (O, C*k*k)) + bias (O, optional)); xc
+  // and wc in one precision (INT8 / FP8 with scales). Sub-ops are timed as "<layer>.<op>" in ctx.timer.
   virtual void conv2d_forward(const Tensor& xc, const Tensor& wc, const Tensor* bias, const ConvGeometry& g,
-                              Tensor& y, StepContext& ctx, const std::string& layer) = 0;
+                              const ConvEpilogue& epilogue, Tensor& y, StepContext& ctx, const std::string& layer) = 0;
   virtual void conv2d_backward(const Conv2dBackward& a, const ConvGeometry& g, StepContext& ctx,
                                const std::string& layer) = 0;
 

@@ -3,11 +3,14 @@
 // layer, and saved-activation memory.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 
 #include "tests/worker/gradient_check.h"
 #include "tests/worker/layers/gemm_test_support.h"
+#include "worker/layers/activation.h"
 #include "worker/layers/conv2d.h"
 
 namespace qsync::testing {
@@ -205,6 +208,44 @@ TEST_P(Conv2dPrecision, SavedBytesShrinkAndAreReleased) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Precisions, Conv2dPrecision, ::testing::ValuesIn(LOW_PRECISIONS), precision_test_name);
+
+// A ReLU fused into the convolution before it (Conv2dLayer::fuse_relu, which SequentialLayer
+// does for every convolution followed by a ReLU) gives the same bits as the two layers one after
+// the other: y, dx and the parameter gradients, in FP32 and every lower precision (oneDNN's relu
+// post-op, the INT8 output transform, the im2col path's bias pass), in training and evaluation.
+TEST_P(Conv2dPrecision, FusedReluGivesTheBitsOfTheReluLayerAfterIt) {
+  activate_test_device_class();
+  for (const LayerPrecision p : {LayerPrecision::FP32, GetParam()}) {
+    for (const Geometry& g : {GEOMETRIES[0], GEOMETRIES[6], Geometry{6, 5, 11, 9, 8, 3, 1, 1, true}}) {
+      SCOPED_TRACE(describe(g) + " " + layer_precision_name(p));
+      std::mt19937_64 rng(8);
+      Conv2dLayer conv(desc_of(g), nullptr), fused_conv(desc_of(g), nullptr);
+      conv.init_parameters(rng);
+      const std::vector<Parameter*> from = parameters_of(conv), to = parameters_of(fused_conv);
+      for (size_t i = 0; i < from.size(); ++i) std::memcpy(to[i]->value.data(), from[i]->value.data(), size_t(from[i]->value.bytes()));
+      LayerDesc relu_desc = make_desc("relu", LayerKind::RELU, conv.desc().out_shape);
+      relu_desc.out_shape = relu_desc.in_shape;
+      ReluLayer relu(relu_desc, nullptr), fused_relu(relu_desc, nullptr);
+      fused_conv.fuse_relu(fused_relu);
+      ASSERT_TRUE(fused_relu.applied_by_previous_layer());
+      set_layer_precision(conv, p);
+      set_layer_precision(fused_conv, p);
+      const Shape out = {g.batch, conv.desc().out_shape[0], conv.desc().out_shape[1], conv.desc().out_shape[2]};
+      Tensor x = normal_tensor({g.batch, g.c, g.h, g.w}, rng), dy = normal_tensor(out, rng);
+      StepContext ctx = device_step_context(), fused_ctx = device_step_context();
+      const std::vector<float> y = values_of(relu.forward(conv.forward(x, ctx), ctx));
+      const std::vector<float> fused_y = values_of(fused_relu.forward(fused_conv.forward(x, fused_ctx), fused_ctx));
+      ASSERT_EQ(fused_y, y);
+      EXPECT_GT(std::count(y.begin(), y.end(), 0.0f), 0) << "no output was negative";
+      EXPECT_EQ(values_of(fused_conv.backward(fused_relu.backward(dy, fused_ctx), fused_ctx)),
+                values_of(conv.backward(relu.backward(dy, ctx), ctx)));
+      for (size_t i = 0; i < from.size(); ++i) EXPECT_EQ(values_of(to[i]->grad), values_of(from[i]->grad)) << from[i]->name;
+      ctx.training = fused_ctx.training = false;
+      EXPECT_EQ(values_of(fused_relu.forward(fused_conv.forward(x, fused_ctx), fused_ctx)),
+                values_of(relu.forward(conv.forward(x, ctx), ctx)));
+    }
+  }
+}
 
 }  // namespace
 }  // namespace qsync::testing

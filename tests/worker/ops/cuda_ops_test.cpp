@@ -364,8 +364,8 @@ TEST(CudaOps, MatmulAttentionAndConvolutionWithinFp32Rounding) {
     const Tensor dy = host_normal({B, O, 6, 5}, 29);
     Tensor y = Tensor::empty({B, O, 6, 5}, Precision::FP32, nullptr), dyv = gpu()->empty(y.shape(), Precision::FP32, nullptr, "t");
     const Tensor dbias = to_gpu(bias), dw_dev = to_gpu(w), dx_dev = to_gpu(x);
-    cpu_ops().conv2d_forward(x, w, &bias, g, y, ctx, "conv");
-    gpu()->conv2d_forward(dx_dev, dw_dev, &dbias, g, dyv, dctx, "conv");
+    cpu_ops().conv2d_forward(x, w, &bias, g, {}, y, ctx, "conv");
+    gpu()->conv2d_forward(dx_dev, dw_dev, &dbias, g, {}, dyv, dctx, "conv");
     EXPECT_LE(relative(back(dyv), y), 1e-5) << "conv forward";
     Tensor dx = Tensor::empty(x.shape(), Precision::FP32, nullptr), gw = Tensor::zeros(w.shape(), Precision::FP32, nullptr);
     Tensor gb = Tensor::zeros({O}, Precision::FP32, nullptr);

@@ -38,10 +38,12 @@ void im2col_same_width_tap(const T* plane, const ConvGeometry& g, int64_t ky, in
   const int64_t first = oy_lo * g.ow + lo, last = (oy_hi - 1) * g.ow + hi;
   if (hi > lo)  // else every column is outside the image (zeroed below)
     std::memcpy(out + first, plane + (oy_lo - g.pad + ky) * g.w + lo - g.pad + kx, size_t(last - first) * sizeof(T));
-  for (int64_t oy = oy_lo; oy < oy_hi; ++oy) {
-    std::fill(out + oy * g.ow, out + oy * g.ow + lo, T(0));
-    std::fill(out + oy * g.ow + hi, out + (oy + 1) * g.ow, T(0));
-  }
+  // Column by column down the rows: strided stores of the one or two edge values (a fill per row
+  // would be a library call per row, for one byte each at 1-byte elements).
+  for (int64_t ox = 0; ox < lo; ++ox)
+    for (int64_t oy = oy_lo; oy < oy_hi; ++oy) out[oy * g.ow + ox] = T(0);
+  for (int64_t ox = hi; ox < g.ow; ++ox)
+    for (int64_t oy = oy_lo; oy < oy_hi; ++oy) out[oy * g.ow + ox] = T(0);
 }
 
 template <class T>
@@ -87,7 +89,7 @@ ConvOnednnShape onednn_shape(const ConvGeometry& g, int64_t batch, int64_t o) {
 // The oneDNN forward of xc (B, C, H, W) and wc (O, CKK) in one precision, or an undefined call
 // (op BACKWARD_DATA) when the im2col path must run it.
 ConvOnednnCall onednn_forward_call(const Tensor& xc, const Tensor& wc, const Tensor* bias, const ConvGeometry& g,
-                                   Tensor& y) {
+                                   const ConvEpilogue& epilogue, Tensor& y) {
   ConvOnednnCall c;
   c.shape = onednn_shape(g, xc.dim(0), wc.dim(0));
   c.type = xc.precision();
@@ -95,6 +97,8 @@ ConvOnednnCall onednn_forward_call(const Tensor& xc, const Tensor& wc, const Ten
   c.w = wc.data();
   c.bias = bias != nullptr ? bias->f32() : nullptr;
   c.out = y.f32();
+  c.relu = epilogue.relu;
+  c.relu_mask = epilogue.relu && epilogue.relu_mask != nullptr ? epilogue.relu_mask->as<uint8_t>() : nullptr;
   const bool int8 = c.type == Precision::INT8;
   if (wc.precision() != c.type || (int8 && (xc.scale_mode != ScaleMode::PER_TENSOR || !wc.scales))) {
     c.op = ConvOnednnOp::BACKWARD_DATA;
@@ -174,10 +178,10 @@ void col2im_add(const float* src, int64_t s0, int64_t samples, const ConvGeometr
 }
 
 // per chunk of S samples, cols (CKK, S*H'W') = im2col(x); y_cm (O, S*H'W') = W cols;
-// y (S, O, H', W') = y_cm by sample, + b
-void CpuOps::conv2d_forward(const Tensor& xc, const Tensor& wc, const Tensor* bias, const ConvGeometry& g, Tensor& y,
-                            StepContext& ctx, const std::string& layer) {
-  const ConvOnednnCall direct = onednn_forward_call(xc, wc, bias, g, y);
+// y (S, O, H', W') = epilogue(y_cm by sample, + b)
+void CpuOps::conv2d_forward(const Tensor& xc, const Tensor& wc, const Tensor* bias, const ConvGeometry& g,
+                            const ConvEpilogue& epilogue, Tensor& y, StepContext& ctx, const std::string& layer) {
+  const ConvOnednnCall direct = onednn_forward_call(xc, wc, bias, g, epilogue, y);
   if (direct.op == ConvOnednnOp::FORWARD) {
     OpClock clock(ctx, layer + ".conv_forward");
     conv_onednn_run(direct);
@@ -189,6 +193,7 @@ void CpuOps::conv2d_forward(const Tensor& xc, const Tensor& wc, const Tensor* bi
   Tensor cols = Tensor::empty({ckk, chunk * hw}, xc.precision(), ctx.memory, layer + " im2col");
   Tensor y_cm = Tensor::empty({o, chunk * hw}, Precision::FP32, ctx.memory, layer + " output (channel-major)");
   const float* b = bias != nullptr ? bias->f32() : nullptr;
+  uint8_t* mask = direct.relu_mask;  // (B, O, H', W') or nullptr
   for (int64_t s0 = 0; s0 < batch; s0 += chunk) {
     const int64_t n = std::min(chunk, batch - s0);
     Tensor cols_n = cols.prefix({ckk, n * hw});  // (CKK, n*H'W')
@@ -211,6 +216,11 @@ void CpuOps::conv2d_forward(const Tensor& xc, const Tensor& wc, const Tensor* bi
         float* out = dst + (s * o + oc) * hw;
         const float bv = b ? b[oc] : 0.0f;
         for (int64_t p = 0; p < hw; ++p) out[p] = row[p] + bv;
+        if (!epilogue.relu) continue;
+        for (int64_t p = 0; p < hw; ++p) out[p] = out[p] > 0.0f ? out[p] : 0.0f;
+        if (mask == nullptr) continue;
+        uint8_t* m = mask + (s0 + s) * o * hw + oc * hw;
+        for (int64_t p = 0; p < hw; ++p) m[p] = out[p] > 0.0f ? 1 : 0;
       }
   }
 }

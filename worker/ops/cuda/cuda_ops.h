@@ -93,8 +93,8 @@ class CudaOps final : public DeviceOps {
                          StepContext& ctx, const std::string& layer) override;
   void attention_backward(const Tensor& qkv, const Tensor& att, const Tensor& dout, const AttentionShape& s,
                           bool allow_tf32, Tensor& dqkv, StepContext& ctx, const std::string& layer) override;
-  void conv2d_forward(const Tensor& xc, const Tensor& wc, const Tensor* bias, const ConvGeometry& g, Tensor& y,
-                      StepContext& ctx, const std::string& layer) override;
+  void conv2d_forward(const Tensor& xc, const Tensor& wc, const Tensor* bias, const ConvGeometry& g,
+                      const ConvEpilogue& epilogue, Tensor& y, StepContext& ctx, const std::string& layer) override;
   void conv2d_backward(const Conv2dBackward& a, const ConvGeometry& g, StepContext& ctx,
                        const std::string& layer) override;
 
@@ -120,6 +120,9 @@ class CudaOps final : public DeviceOps {
  private:
   struct Pending;  // deliveries, deferred checks and timings of the current step
   void require_here(const Tensor& t, const char* op) const;
+  // conv2d_forward before its epilogue: y = conv(xc, wc) + bias.
+  void conv2d_forward_affine(const Tensor& xc, const Tensor& wc, const Tensor* bias, const ConvGeometry& g, Tensor& y,
+                             StepContext& ctx, const std::string& layer);
 
   int device_;
   int sm_;

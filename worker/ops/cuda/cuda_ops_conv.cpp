@@ -52,8 +52,18 @@ void widen(const Tensor& y16, Tensor& y, void* stream) {
 
 }  // namespace
 
-void CudaOps::conv2d_forward(const Tensor& xc, const Tensor& wc, const Tensor* bias, const ConvGeometry& g, Tensor& y,
-                             StepContext& ctx, const std::string& layer) {
+// The ReLU epilogue as the relu kernel in place on the stream after the convolution (it reads
+// each value before writing it).
+void CudaOps::conv2d_forward(const Tensor& xc, const Tensor& wc, const Tensor* bias, const ConvGeometry& g,
+                             const ConvEpilogue& epilogue, Tensor& y, StepContext& ctx, const std::string& layer) {
+  conv2d_forward_affine(xc, wc, bias, g, y, ctx, layer);
+  if (!epilogue.relu) return;
+  OpClock clock(ctx, layer + ".relu");
+  relu_forward(y, y, epilogue.relu_mask);
+}
+
+void CudaOps::conv2d_forward_affine(const Tensor& xc, const Tensor& wc, const Tensor* bias, const ConvGeometry& g,
+                                    Tensor& y, StepContext& ctx, const std::string& layer) {
   const int64_t batch = xc.dim(0), o = wc.dim(0), hw = g.oh * g.ow, ckk = g.c * g.k * g.k;
   if (!precision_takes_scales(xc.precision())) {
     OpClock clock(ctx, layer + ".conv_forward");
