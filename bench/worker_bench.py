@@ -45,7 +45,12 @@ What it measures
   strongest available class, and the output says so. PyTorch's oneDNN is not capped, so its
   BF16 is native wherever the CPU has avx512_bf16.
 
-How to run (PyTorch is importable only with Debian's /usr/bin/python3)
+How to run: the PyTorch side runs in this interpreter (sys.executable), so the interpreter picks
+the torch: Debian's python3-torch 1.13 (/usr/bin/python3; FP32 GEMMs in OpenBLAS), or PyPI's
+current wheel in a virtual environment (a CUDA build, MKL for FP32 GEMMs on the CPU):
+  /usr/bin/python3 -m venv /tmp/torch-pypi && /tmp/torch-pypi/bin/pip install torch pyyaml
+  /tmp/torch-pypi/bin/python bench/worker_bench.py --repeats 3
+The notes and the JSON (torch_version, torch_blas) say which ran.
   /usr/bin/python3 bench/worker_bench.py                 # full: ~3 minutes at 1 thread
   /usr/bin/python3 bench/worker_bench.py --repeats 3     # median of 3 (rounds interleaved): ~8 minutes
   /usr/bin/python3 bench/worker_bench.py --quick         # smoke test: mlp + cnn, few steps
@@ -61,6 +66,7 @@ import argparse
 import datetime
 import hashlib
 import json
+import re
 import os
 import platform
 import statistics
@@ -108,6 +114,17 @@ def run_measured(cmd, env=None, timeout=None):
         err.seek(0)
         return (proc.returncode, out.read().decode(errors="replace"), err.read().decode(errors="replace"),
                 usage.ru_maxrss * 1024)  # Linux reports KiB
+
+
+def torch_blas_note(results):
+    """Which torch ran and where its FP32 GEMMs ran."""
+    version, blas = results.get("torch_version", "?"), results.get("torch_blas", "?")
+    if blas == "mkl":
+        gemms = "Intel MKL (a PyPI wheel)"
+    else:
+        gemms = "OpenBLAS, core %s (OPENBLAS_CORETYPE %s)" % (results.get("torch_openblas_core", "?"),
+                                                             results["openblas_coretype"])
+    return "torch %s (%s): FP32 GEMMs in %s; BF16 autocast runs oneDNN." % (version, sys.executable, gemms)
 
 
 def thread_env(threads, openblas_coretype=""):
@@ -294,14 +311,19 @@ def torch_child(model_name, mode, batch, steps, warmup, threads):
         opt.step()
         return loss, t_compute
 
+    # The BLAS of this torch build: Debian's reports "generic" (its FP32 GEMMs run in the system
+    # OpenBLAS), PyPI's wheels "mkl" (Intel MKL, linked in).
+    blas = re.search(r"BLAS_INFO=(\w+)", torch.__config__.show())
+    blas = blas.group(1) if blas else "?"
     openblas_core = None
-    try:  # which kernels OpenBLAS (Debian torch's FP32 BLAS) runs
-        import ctypes
-        lib = ctypes.CDLL("libopenblas.so.0")
-        lib.openblas_get_corename.restype = ctypes.c_char_p
-        openblas_core = lib.openblas_get_corename().decode()
-    except (OSError, AttributeError):
-        pass
+    if blas != "mkl":
+        try:  # which kernels OpenBLAS runs
+            import ctypes
+            lib = ctypes.CDLL("libopenblas.so.0")
+            lib.openblas_get_corename.restype = ctypes.c_char_p
+            openblas_core = lib.openblas_get_corename().decode()
+        except (OSError, AttributeError):
+            pass
 
     times, compute = [], []
     for i in range(warmup + steps):
@@ -315,7 +337,7 @@ def torch_child(model_name, mode, batch, steps, warmup, threads):
                       "median_compute_seconds": statistics.median(compute),
                       "rss_before_bytes": rss_before, "peak_rss_self_bytes": read_status_kib("VmHWM"),
                       "final_loss": float(loss), "torch_version": torch.__version__,
-                      "torch_threads": torch.get_num_threads(), "openblas_core": openblas_core,
+                      "torch_threads": torch.get_num_threads(), "openblas_core": openblas_core, "torch_blas": blas,
                       "parameters": sum(p.numel() for p in module.parameters())}))
 
 
@@ -400,8 +422,7 @@ def render_notes(results):
         "(* = the class used for the BF16 comparison). > 1: ours is slower.",
         "vs own fp32: ours at this precision / ours fp32, same class, same run (< 1: faster than fp32).",
         "faults/step: the worker's minor page faults per step after its warm-up steps (getrusage).",
-        "torch FP32 GEMMs run in OpenBLAS (Debian's torch), core: %s (OPENBLAS_CORETYPE %s); "
-        "BF16 autocast runs oneDNN." % (results.get("torch_openblas_core", "?"), results["openblas_coretype"]),
+        torch_blas_note(results),
         "BF16 comparison: " + results["bf16_comparison_note"],
     ]
     for cls in results["classes"]:
@@ -561,6 +582,9 @@ def main(argv):
     results["load_after"] = load_average()
     cores = {t.get("openblas_core") for m in results["models"] for t in m["torch"].values() if t.get("status") == "ok"}
     results["torch_openblas_core"] = ",".join(sorted(str(c) for c in cores)) or "?"
+    for key, field in (("torch_version", "torch_version"), ("torch_blas", "torch_blas")):
+        seen = {t.get(field) for m in results["models"] for t in m["torch"].values() if t.get("status") == "ok"}
+        results[key] = ",".join(sorted(str(v) for v in seen)) or "?"
     if baselines:
         results["torch_baseline_rss_mib"] = "%.0f" % (min(baselines) / MIB)
     table, notes = render_table(results), render_notes(results)

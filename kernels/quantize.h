@@ -37,6 +37,16 @@ float stochastic_uniform(uint64_t seed, uint64_t index);
 void quantize_int8_ref(const float* x, int8_t* q, int64_t n, float scale, Rounding r, uint64_t seed);
 void quantize_int8(const float* x, int8_t* q, int64_t n, float scale, Rounding r, uint64_t seed);
 
+// The same of x masked by a ReLU's mask (uint8 0/1): of mask[i] ? x[i] : +0, the gradient a
+// ReLU's backward would write (a convolution with its ReLU fused reads the ReLU's output gradient
+// and mask once instead of the ReLU writing a masked copy). Bit-identical to masking first.
+float amax_masked_ref(const float* x, const uint8_t* mask, int64_t n);
+float amax_masked(const float* x, const uint8_t* mask, int64_t n);
+void quantize_int8_masked_ref(const float* x, const uint8_t* mask, int8_t* q, int64_t n, float scale, Rounding r,
+                              uint64_t seed);
+void quantize_int8_masked(const float* x, const uint8_t* mask, int8_t* q, int64_t n, float scale, Rounding r,
+                          uint64_t seed);
+
 // Per output channel: x is (rows, cols) row-major, row r uses scales[r].
 void quantize_int8_rows_ref(const float* x, int8_t* q, int64_t rows, int64_t cols,
                             const float* scales, Rounding r, uint64_t seed);

@@ -26,7 +26,7 @@ Tensor to_sixteen_bit(const Tensor& x, Precision p, StepContext& ctx, const std:
 
 // qmax: 127, or the reduced range of A operands on CPUs without VNNI (int8_a_operand_max).
 Tensor int8_per_tensor(const Tensor& x, Rounding r, uint64_t seed, int qmax, StepContext& ctx, const std::string& what,
-                       Tensor* transposed = nullptr) {
+                       Tensor* transposed = nullptr, const Tensor* relu_mask = nullptr) {
   DeviceOps& ops = ops_of(ctx);
   Tensor q = ops.empty(x.shape(), Precision::INT8, ctx.memory, what);
   if (transposed != nullptr) *transposed = ops.empty(transposed_shape(x), Precision::INT8, ctx.memory, what + " transposed");
@@ -34,6 +34,7 @@ Tensor int8_per_tensor(const Tensor& x, Rounding r, uint64_t seed, int qmax, Ste
   spec.qmax = qmax;
   spec.rounding = r;
   spec.seed = seed;
+  spec.relu_mask = relu_mask;
   ops.quantize_int8(x, spec, q, transposed);
   return q;
 }
@@ -109,19 +110,50 @@ Tensor cast_weight(const Tensor& w, LayerPrecision p, StepContext& ctx, const st
   return q;
 }
 
-Tensor cast_gradient(const Tensor& dy, LayerPrecision p, StepContext& ctx, const std::string& layer, Tensor* transposed) {
+namespace {
+
+// mask ? dy : +0 into a new FP32 tensor: a fused ReLU's backward, where the cast cannot read the
+// mask on the fly.
+Tensor relu_masked_copy(const Tensor& dy, const Tensor& mask, StepContext& ctx, const std::string& layer) {
+  OpClock clock(ctx, layer + ".relu_backward");
+  DeviceOps& ops = ops_of(ctx);
+  Tensor out = ops.empty(dy.shape(), Precision::FP32, ctx.memory, layer + " output gradient (relu masked)");
+  ops.relu_backward(dy, mask, out);
+  return out;
+}
+
+}  // namespace
+
+bool cast_gradient_reads_relu_mask(LayerPrecision p, const StepContext& ctx) {
+  const BackwardKind k = layer_precision_traits(p).backward;
+  return k == BackwardKind::INT8 || (k == BackwardKind::SIXTEEN_BIT && ctx.sixteen_bit_native);
+}
+
+Tensor cast_gradient(const Tensor& dy, LayerPrecision p, StepContext& ctx, const std::string& layer, Tensor* transposed,
+                     const Tensor* relu_mask) {
   const LayerPrecisionTraits& t = layer_precision_traits(p);
+  if (relu_mask != nullptr && !cast_gradient_reads_relu_mask(p, ctx)) {  // masked first; the cast below (if any) reads the copy
+    const Tensor masked = relu_masked_copy(dy, *relu_mask, ctx, layer);
+    return cast_gradient(masked, p, ctx, layer, transposed, nullptr);
+  }
   if (t.forward == Precision::FP32) return dy;
   if (t.forward == Precision::TF32) return dy.with_precision(Precision::TF32);
   OpClock clock(ctx, layer + ".cast_dy");
   const std::string what = layer + " output gradient (" + t.name + ")";
   switch (t.backward) {
     case BackwardKind::SAME_AS_FORWARD: return to_sixteen_bit(dy, t.forward, ctx, what);
-    case BackwardKind::SIXTEEN_BIT: return to_backward_sixteen_bit(dy, ctx, what);
+    case BackwardKind::SIXTEEN_BIT:
+      if (relu_mask != nullptr) {  // native 16-bit: the masked values converted on the fly
+        DeviceOps& ops = ops_of(ctx);
+        Tensor out = ops.empty(dy.shape(), ctx.sixteen_bit, ctx.memory, what);
+        ops.relu_backward_convert(dy, *relu_mask, out);
+        return out;
+      }
+      return to_backward_sixteen_bit(dy, ctx, what);
     case BackwardKind::INT8:
       return int8_per_tensor(dy, Rounding::STOCHASTIC, layer_seed(ctx.seed, ctx.step, layer),
                              ops_of(ctx).int8_a_operand_max(), ctx, what,
-                             wants_transposed(ctx, Precision::INT8, transposed) ? transposed : nullptr);
+                             wants_transposed(ctx, Precision::INT8, transposed) ? transposed : nullptr, relu_mask);
     case BackwardKind::FP8_E5M2:
       return fp8_per_tensor(dy, Precision::FP8_E5M2, ctx, what,
                             wants_transposed(ctx, Precision::FP8_E5M2, transposed) ? transposed : nullptr);

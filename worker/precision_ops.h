@@ -37,9 +37,14 @@ Tensor cast_weight(const Tensor& w, LayerPrecision p, StepContext& ctx, const st
 // The output gradient is the A operand of both backward GEMMs of Linear and of Conv2d's weight
 // gradient; it is quantized as an A operand. transposed (optional): for INT8/FP8 gradients on a
 // device that wants k-contiguous operands, also the (cols, rows) transpose of dy's 2-D view,
-// same scale; left undefined otherwise.
+// same scale; left undefined otherwise. relu_mask (optional, dy's shape, uint8 0/1): dy is a
+// fused ReLU's output gradient; the cast is of mask ? dy : +0, read on the fly where the op
+// allows (INT8, the native 16-bit backward), else masked into a copy first.
 Tensor cast_gradient(const Tensor& dy, LayerPrecision p, StepContext& ctx, const std::string& layer,
-                     Tensor* transposed = nullptr);
+                     Tensor* transposed = nullptr, const Tensor* relu_mask = nullptr);
+// Whether cast_gradient reads a ReLU mask on the fly for this precision (INT8 gradients, the
+// native 16-bit backward of int8) rather than masking into a copy first.
+bool cast_gradient_reads_relu_mask(LayerPrecision p, const StepContext& ctx);
 Tensor backward_operand(const Tensor& saved, LayerPrecision p, StepContext& ctx, const std::string& layer);
 Tensor backward_weight(const Tensor& saved_w, const Tensor& master_w, LayerPrecision p, StepContext& ctx,
                        const std::string& layer, OperandRole role);

@@ -117,19 +117,28 @@ QSYNC_TARGET_AVX512 inline void store_q_avx512(int8_t* q, __mmask16 k, __m512 y)
   _mm512_mask_cvtsepi32_storeu_epi8(q, k, _mm512_cvtps_epi32(y));
 }
 
-QSYNC_TARGET_AVX512 void quantize_avx512(const float* x, int8_t* q, int64_t n, float inv,
+// The lanes of k whose mask byte is set (all of k without a mask): a masked-out lane loads as +0.
+QSYNC_TARGET_AVX512 inline __mmask16 lanes_on(__mmask16 k, const uint8_t* mask) {
+  if (mask == nullptr) return k;
+  const __m512i m = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(k, mask));
+  return _mm512_test_epi32_mask(m, m);
+}
+
+// x[0, n) (where mask, if any, is set; +0 elsewhere) quantized; `first` is x[0]'s flat index.
+QSYNC_TARGET_AVX512 void quantize_avx512(const float* x, const uint8_t* mask, int8_t* q, int64_t n, float inv,
                                          Rounding r, uint64_t seed, uint64_t first) {
   const __m512 vinv = _mm512_set1_ps(inv);
   if (r == Rounding::NEAREST_EVEN) {
     for (int64_t i = 0; i < n; i += 16) {
       const __mmask16 k = tail_mask16(n - i);
-      const __m512 y = _mm512_mul_ps(_mm512_maskz_loadu_ps(k, x + i), vinv);
+      const __m512 y = _mm512_mul_ps(_mm512_maskz_loadu_ps(lanes_on(k, mask != nullptr ? mask + i : nullptr), x + i), vinv);
       store_q_avx512(q + i, k,
                      _mm512_roundscale_ps(y, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
     }
     return;
   }
-  for (; n > 0 && (first & 3) != 0; --n) *q++ = quantize_stochastic_one(*x++, inv, seed, first++);
+  for (; n > 0 && (first & 3) != 0; --n, ++x)
+    *q++ = quantize_stochastic_one(mask == nullptr || *mask++ != 0 ? *x : 0.0f, inv, seed, first++);
   alignas(64) uint64_t st[8];
   initial_states(seed, first / 4, 8, st);
   __m512i s = _mm512_load_si512(st);
@@ -141,18 +150,25 @@ QSYNC_TARGET_AVX512 void quantize_avx512(const float* x, int8_t* q, int64_t n, f
     for (int h = 0; h < 2 && i + 16 * h < n; ++h) {
       const int64_t b = i + 16 * h;
       const __mmask16 k = tail_mask16(n - b);
-      const __m512 y = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(k, x + b), vinv, u[h]);
+      const __m512 v = _mm512_maskz_loadu_ps(lanes_on(k, mask != nullptr ? mask + b : nullptr), x + b);
+      const __m512 y = _mm512_fmadd_ps(v, vinv, u[h]);
       store_q_avx512(q + b, k, _mm512_roundscale_ps(y, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC));
     }
   }
 }
 
-QSYNC_TARGET_AVX512 float amax_avx512(const float* x, int64_t n) {
+QSYNC_TARGET_AVX512 float amax_avx512(const float* x, const uint8_t* mask, int64_t n) {
   const __m512 abs_mask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
   // max_ps(v, acc) returns acc when v is NaN: NaN is ignored, as in the reference.
   __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(),
                    _mm512_setzero_ps()};
   int64_t i = 0;
+  if (mask != nullptr) {  // masked-out lanes load as +0
+    for (; i < n; i += 16) {
+      const __mmask16 k = lanes_on(tail_mask16(n - i), mask + i);
+      acc[0] = _mm512_max_ps(_mm512_and_ps(_mm512_maskz_loadu_ps(k, x + i), abs_mask), acc[0]);
+    }
+  }
   for (; i + 64 <= n; i += 64) {
     for (int j = 0; j < 4; ++j) {
       const __m512 v = _mm512_and_ps(_mm512_loadu_ps(x + i + 16 * j), abs_mask);
@@ -213,19 +229,29 @@ QSYNC_TARGET_AVX2 inline __m128i pack_q_avx2(__m256 y) {
   return _mm_packs_epi16(i16, i16);
 }
 
-QSYNC_TARGET_AVX2 void quantize_avx2(const float* x, int8_t* q, int64_t n, float inv, Rounding r,
+// Eight floats where their mask bytes are set, +0 elsewhere (all of them without a mask).
+QSYNC_TARGET_AVX2 inline __m256 load_masked_avx2(const float* x, const uint8_t* mask) {
+  const __m256 v = _mm256_loadu_ps(x);
+  if (mask == nullptr) return v;
+  const __m256i m = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(mask)));
+  return _mm256_and_ps(v, _mm256_castsi256_ps(_mm256_cmpgt_epi32(m, _mm256_setzero_si256())));
+}
+
+// x[0, n) (where mask, if any, is set; +0 elsewhere) quantized; `first` is x[0]'s flat index.
+QSYNC_TARGET_AVX2 void quantize_avx2(const float* x, const uint8_t* mask, int8_t* q, int64_t n, float inv, Rounding r,
                                      uint64_t seed, uint64_t first) {
   const __m256 vinv = _mm256_set1_ps(inv);
   const bool stochastic = r == Rounding::STOCHASTIC;
   if (stochastic)
-    for (; n > 0 && (first & 3) != 0; --n) *q++ = quantize_stochastic_one(*x++, inv, seed, first++);
+    for (; n > 0 && (first & 3) != 0; --n, ++x)
+      *q++ = quantize_stochastic_one(mask == nullptr || *mask++ != 0 ? *x : 0.0f, inv, seed, first++);
   alignas(32) uint64_t st[4];
   initial_states(seed, first / 4, 4, st);
   __m256i s = _mm256_load_si256(reinterpret_cast<const __m256i*>(st));
   const __m256i step = _mm256_set1_epi64x(static_cast<long long>(4 * WEYL_STEP));
   // 16 elements: two blocks of 8, stored as one 16-byte vector.
-  auto block16 = [&](const float* xb) QSYNC_TARGET_AVX2 {
-    const __m256 v0 = _mm256_loadu_ps(xb), v1 = _mm256_loadu_ps(xb + 8);
+  auto block16 = [&](const float* xb, const uint8_t* mb) QSYNC_TARGET_AVX2 {
+    const __m256 v0 = load_masked_avx2(xb, mb), v1 = load_masked_avx2(xb + 8, mb != nullptr ? mb + 8 : nullptr);
     __m256 y0, y1;
     if (stochastic) {
       __m256 u0, u1;
@@ -240,35 +266,39 @@ QSYNC_TARGET_AVX2 void quantize_avx2(const float* x, int8_t* q, int64_t n, float
     return _mm_unpacklo_epi64(pack_q_avx2(y0), pack_q_avx2(y1));
   };
   int64_t i = 0;
-  for (; i + 16 <= n; i += 16) _mm_storeu_si128(reinterpret_cast<__m128i*>(q + i), block16(x + i));
+  for (; i + 16 <= n; i += 16)
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(q + i), block16(x + i, mask != nullptr ? mask + i : nullptr));
   if (i < n) {  // tail through a zero-padded block
     alignas(32) float in[16] = {};
+    alignas(16) uint8_t in_mask[16] = {};
     alignas(16) int8_t out[16];
     std::copy(x + i, x + n, in);
-    _mm_store_si128(reinterpret_cast<__m128i*>(out), block16(in));
+    if (mask != nullptr) std::copy(mask + i, mask + n, in_mask);
+    _mm_store_si128(reinterpret_cast<__m128i*>(out), block16(in, mask != nullptr ? in_mask : nullptr));
     std::copy(out, out + (n - i), q + i);
   }
 }
 
-QSYNC_TARGET_AVX2 float amax_avx2(const float* x, int64_t n) {
+QSYNC_TARGET_AVX2 float amax_avx2(const float* x, const uint8_t* mask, int64_t n) {
   const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
   __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
                    _mm256_setzero_ps()};
   int64_t i = 0;
   for (; i + 32 <= n; i += 32) {
     for (int j = 0; j < 4; ++j) {
-      const __m256 v = _mm256_and_ps(_mm256_loadu_ps(x + i + 8 * j), abs_mask);
+      const int64_t b = i + 8 * j;
+      const __m256 v = _mm256_and_ps(load_masked_avx2(x + b, mask != nullptr ? mask + b : nullptr), abs_mask);
       acc[j] = _mm256_max_ps(v, acc[j]);  // returns acc[j] when v is NaN
     }
   }
   for (; i + 8 <= n; i += 8)
-    acc[0] = _mm256_max_ps(_mm256_and_ps(_mm256_loadu_ps(x + i), abs_mask), acc[0]);
+    acc[0] = _mm256_max_ps(_mm256_and_ps(load_masked_avx2(x + i, mask != nullptr ? mask + i : nullptr), abs_mask), acc[0]);
   const __m256 m = _mm256_max_ps(_mm256_max_ps(acc[0], acc[1]), _mm256_max_ps(acc[2], acc[3]));
   alignas(32) float lanes[8];
   _mm256_store_ps(lanes, m);
   float r = 0.0f;
   for (float v : lanes) r = v > r ? v : r;
-  const float tail = amax_ref(x + i, n - i);
+  const float tail = mask != nullptr ? amax_masked_ref(x + i, mask + i, n - i) : amax_ref(x + i, n - i);
   return tail > r ? tail : r;
 }
 
@@ -285,35 +315,41 @@ QSYNC_TARGET_AVX2 void dequantize_avx2(const int8_t* q, float* x, int64_t n, flo
 
 // ---- dispatch helpers ---------------------------------------------------------------------
 
-float amax_span(Path p, const float* x, int64_t n) {
-  if (p == Path::AVX512) return amax_avx512(x, n);
-  if (p == Path::AVX2) return amax_avx2(x, n);
-  return amax_ref(x, n);
+// mask: nullptr, or x's ReLU mask (masked-out elements count as +0).
+float amax_span(Path p, const float* x, const uint8_t* mask, int64_t n) {
+  if (p == Path::AVX512) return amax_avx512(x, mask, n);
+  if (p == Path::AVX2) return amax_avx2(x, mask, n);
+  return mask != nullptr ? amax_masked_ref(x, mask, n) : amax_ref(x, n);
 }
 
 // Quantizes x[0, n) whose first element has flat index `first` (vector paths only).
-void quantize_span(Path p, const float* x, int8_t* q, int64_t n, float inv, Rounding r,
+void quantize_span(Path p, const float* x, const uint8_t* mask, int8_t* q, int64_t n, float inv, Rounding r,
                    uint64_t seed, uint64_t first) {
   if (p == Path::AVX512)
-    quantize_avx512(x, q, n, inv, r, seed, first);
+    quantize_avx512(x, mask, q, n, inv, r, seed, first);
   else
-    quantize_avx2(x, q, n, inv, r, seed, first);
+    quantize_avx2(x, mask, q, n, inv, r, seed, first);
 }
 
-}  // namespace
-
-float amax(const float* x, int64_t n) {
-  const Path p = active_path();
-  if (p == Path::SCALAR || n < PARALLEL_MIN_ELEMENTS) return amax_span(p, x, n);
+// amax over [0, n) in fixed chunks (one call when small): exact in any order.
+float amax_chunked(Path p, const float* x, const uint8_t* mask, int64_t n) {
+  if (p == Path::SCALAR || n < PARALLEL_MIN_ELEMENTS) return amax_span(p, x, mask, n);
   const int64_t chunks = (n + CHUNK_ELEMENTS - 1) / CHUNK_ELEMENTS;
   std::vector<float> partial(static_cast<size_t>(chunks));
 #pragma omp parallel for schedule(static)
   for (int64_t c = 0; c < chunks; ++c) {
     const int64_t begin = c * CHUNK_ELEMENTS;
-    partial[static_cast<size_t>(c)] = amax_span(p, x + begin, std::min(CHUNK_ELEMENTS, n - begin));
+    partial[static_cast<size_t>(c)] =
+        amax_span(p, x + begin, mask != nullptr ? mask + begin : nullptr, std::min(CHUNK_ELEMENTS, n - begin));
   }
   return *std::max_element(partial.begin(), partial.end());
 }
+
+}  // namespace
+
+float amax(const float* x, int64_t n) { return amax_chunked(active_path(), x, nullptr, n); }
+
+float amax_masked(const float* x, const uint8_t* mask, int64_t n) { return amax_chunked(active_path(), x, mask, n); }
 
 void amax_rows(const float* x, int64_t rows, int64_t cols, float* out) {
   const Path p = active_path();
@@ -323,7 +359,7 @@ void amax_rows(const float* x, int64_t rows, int64_t cols, float* out) {
     return;
   }
 #pragma omp parallel for schedule(static) if (rows * cols >= PARALLEL_MIN_ELEMENTS)
-  for (int64_t r = 0; r < rows; ++r) out[r] = amax_span(p, x + r * cols, cols);
+  for (int64_t r = 0; r < rows; ++r) out[r] = amax_span(p, x + r * cols, nullptr, cols);
 }
 
 void quantize_int8(const float* x, int8_t* q, int64_t n, float scale, Rounding r, uint64_t seed) {
@@ -331,7 +367,17 @@ void quantize_int8(const float* x, int8_t* q, int64_t n, float scale, Rounding r
   if (p == Path::SCALAR) return quantize_int8_ref(x, q, n, scale, r, seed);
   const float inv = 1.0f / scale;
   for_chunks(n, [&](int64_t b, int64_t c) {
-    quantize_span(p, x + b, q + b, c, inv, r, seed, static_cast<uint64_t>(b));
+    quantize_span(p, x + b, nullptr, q + b, c, inv, r, seed, static_cast<uint64_t>(b));
+  });
+}
+
+void quantize_int8_masked(const float* x, const uint8_t* mask, int8_t* q, int64_t n, float scale, Rounding r,
+                          uint64_t seed) {
+  const Path p = active_path();
+  if (p == Path::SCALAR) return quantize_int8_masked_ref(x, mask, q, n, scale, r, seed);
+  const float inv = 1.0f / scale;
+  for_chunks(n, [&](int64_t b, int64_t c) {
+    quantize_span(p, x + b, mask + b, q + b, c, inv, r, seed, static_cast<uint64_t>(b));
   });
 }
 
@@ -344,7 +390,7 @@ void quantize_int8_rows(const float* x, int8_t* q, int64_t rows, int64_t cols, c
       const int64_t off = row * cols;
       const float inv = 1.0f / scales[row];
       for_chunks(cols, [&](int64_t b, int64_t c) {
-        quantize_span(p, x + off + b, q + off + b, c, inv, r, seed, static_cast<uint64_t>(off + b));
+        quantize_span(p, x + off + b, nullptr, q + off + b, c, inv, r, seed, static_cast<uint64_t>(off + b));
       });
     }
     return;
@@ -352,7 +398,7 @@ void quantize_int8_rows(const float* x, int8_t* q, int64_t rows, int64_t cols, c
 #pragma omp parallel for schedule(static) if (rows * cols >= PARALLEL_MIN_ELEMENTS)
   for (int64_t row = 0; row < rows; ++row) {
     const int64_t off = row * cols;
-    quantize_span(p, x + off, q + off, cols, 1.0f / scales[row], r, seed,
+    quantize_span(p, x + off, nullptr, q + off, cols, 1.0f / scales[row], r, seed,
                   static_cast<uint64_t>(off));
   }
 }

@@ -86,6 +86,21 @@ void quantize_int8_ref(const float* x, int8_t* q, int64_t n, float scale, Roundi
   quantize_span(x, q, n, scale, r, seed, 0);
 }
 
+float amax_masked_ref(const float* x, const uint8_t* mask, int64_t n) {
+  float m = 0.0f;
+  for (int64_t i = 0; i < n; ++i) {
+    const float a = std::fabs(mask[i] != 0 ? x[i] : 0.0f);
+    if (a > m) m = a;  // false for NaN: NaN is ignored
+  }
+  return m;
+}
+
+void quantize_int8_masked_ref(const float* x, const uint8_t* mask, int8_t* q, int64_t n, float scale, Rounding r,
+                              uint64_t seed) {
+  const float inv = 1.0f / scale;
+  for (int64_t i = 0; i < n; ++i) q[i] = quantize_one(mask[i] != 0 ? x[i] : 0.0f, inv, r, seed, uint64_t(i));
+}
+
 // Row r uses scales[r]; the stochastic index is the flat index r * cols + c.
 void quantize_int8_rows_ref(const float* x, int8_t* q, int64_t rows, int64_t cols,
                             const float* scales, Rounding r, uint64_t seed) {

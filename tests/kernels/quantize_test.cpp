@@ -300,6 +300,38 @@ TEST_P(QuantizeVector, MatchesRefBitExact) {
   }
 }
 
+// The masked entry points (a ReLU's mask applied on the fly) give the bits of masking first
+// (mask ? x : +0) and of their references, at every length and start (the stochastic index of
+// an element is its flat index either way), NaN and negative values under the mask included.
+TEST_P(QuantizeVector, MaskedMatchesMaskingFirstBitExact) {
+  IsaCap cap(GetParam());
+  const std::vector<float> x = awkward_floats(300007, 9);
+  std::vector<uint8_t> mask(x.size());
+  std::mt19937 rng(10);
+  for (uint8_t& m : mask) m = uint8_t(rng() % 3 != 0);  // about 2 of 3 set
+  for (int64_t start : {0, 1, 3}) {
+    for (int64_t n : {0, 1, 15, 17, 33, 65537, 300000}) {
+      SCOPED_TRACE("start = " + std::to_string(start) + ", n = " + std::to_string(n));
+      const float* xs = x.data() + start;
+      const uint8_t* ms = mask.data() + start;
+      std::vector<float> masked(size_t(n) + 1);
+      for (int64_t i = 0; i < n; ++i) masked[size_t(i)] = ms[i] != 0 ? xs[i] : 0.0f;
+      const float a = amax_masked(xs, ms, n);
+      EXPECT_EQ(std::bit_cast<uint32_t>(a), std::bit_cast<uint32_t>(amax_ref(masked.data(), n)));
+      EXPECT_EQ(std::bit_cast<uint32_t>(a), std::bit_cast<uint32_t>(amax_masked_ref(xs, ms, n)));
+      const float s = int8_scale_from_amax(std::min(a, 50.0f));
+      for (Rounding r : {Rounding::NEAREST_EVEN, Rounding::STOCHASTIC}) {
+        std::vector<int8_t> got(size_t(n) + 1), want(size_t(n) + 1), ref(size_t(n) + 1);
+        quantize_int8_masked(xs, ms, got.data(), n, s, r, 12);
+        quantize_int8_ref(masked.data(), want.data(), n, s, r, 12);
+        quantize_int8_masked_ref(xs, ms, ref.data(), n, s, r, 12);
+        ASSERT_EQ(got, want) << "rounding " << static_cast<int>(r);
+        ASSERT_EQ(ref, want) << "rounding " << static_cast<int>(r);
+      }
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(IsaLevels, QuantizeVector, ::testing::ValuesIn(isa_levels()),
                          [](const ::testing::TestParamInfo<CpuIsa>& info) {
                            std::string name = cpu_isa_name(info.param);

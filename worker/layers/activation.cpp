@@ -44,6 +44,7 @@ Tensor ReluLayer::backward(const Tensor& dy, StepContext& ctx) {
   check_batched(dy, desc_.out_shape, name(), "dy");
   if (!mask_.defined() || mask_.shape() != dy.shape())
     throw std::logic_error("layer '" + name() + "': backward without a matching training forward");
+  if (backward_deferred(ctx)) return dy;  // the convolution before masks it (and drops the mask)
   DeviceOps& ops = ops_of(ctx);
   Tensor dx = ops.empty(dy.shape(), Precision::FP32, ctx.memory, name() + ".dx");  // (B, N...)
   ops.relu_backward(dy, mask_, dx);

@@ -16,14 +16,23 @@ class ReluLayer : public Layer {
   Tensor backward(const Tensor& dy, StepContext& ctx) override;
   int64_t saved_bytes() const override { return mask_.defined() ? mask_.bytes() : 0; }
   // The layer before applies this ReLU in its own output pass (Conv2dLayer::fuse_relu): the
-  // forward passes its input through, and the backward uses the mask that layer handed over.
+  // forward passes its input through and keeps the mask that layer handed over. When that layer
+  // asks (defer_backward: its backward reads the mask on the fly), the backward passes dy through
+  // and leaves the masking to it (backward_deferred), unless an observer must see the masked
+  // gradient.
   void set_applied_by_previous_layer() { applied_by_previous_layer_ = true; }
   bool applied_by_previous_layer() const { return applied_by_previous_layer_; }
-  void take_mask(Tensor mask) { mask_ = std::move(mask); }
+  bool backward_deferred(const StepContext& ctx) const { return defer_backward_ && ctx.observer == nullptr; }
+  void take_mask(Tensor mask, bool defer_backward = false) {
+    mask_ = std::move(mask);
+    defer_backward_ = defer_backward && mask_.defined();
+  }
+  const Tensor& mask() const { return mask_; }  // (B, in_shape...) uint8 0/1
 
  private:
   Tensor mask_;  // (B, in_shape...) uint8 0/1, stored as a 1-byte (INT8) tensor
   bool applied_by_previous_layer_ = false;
+  bool defer_backward_ = false;
 };
 
 class GeluLayer : public Layer {

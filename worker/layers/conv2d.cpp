@@ -64,7 +64,9 @@ Tensor Conv2dLayer::forward(const Tensor& x, StepContext& ctx) {
     }
   }
   ops.conv2d_forward(xc, wc, bias_.value.defined() ? &bias_.value : nullptr, g_, epilogue, y, ctx, name());
-  if (fused_relu_ != nullptr) fused_relu_->take_mask(std::move(relu_mask));
+  if (fused_relu_ != nullptr)  // the ReLU's backward deferred to ours where ours reads the mask on the fly
+    fused_relu_->take_mask(std::move(relu_mask),
+                           ops.conv_backward_reads_relu_mask() && cast_gradient_reads_relu_mask(precision_, ctx));
   if (ctx.training) {
     x_saved_ = xc;
     w_saved_ = wc;
@@ -87,11 +89,18 @@ Tensor Conv2dLayer::backward(const Tensor& dy, StepContext& ctx) {
   a.dy = &dy;
   a.x = &xb;
   a.w = &wb;
-  a.cast_dy = [&](const Tensor& g) { return cast_gradient(g, precision_, ctx, name()); };
+  a.cast_dy = [&](const Tensor& g, const Tensor* relu_mask) {
+    return cast_gradient(g, precision_, ctx, name(), nullptr, relu_mask);
+  };
+  // The fused ReLU deferred its backward to here (dy is its output gradient): the mask is read
+  // on the fly by the casts and the bias gradient where they can.
+  const bool relu_deferred = fused_relu_ != nullptr && fused_relu_->backward_deferred(ctx);
+  if (relu_deferred) a.relu_mask = &fused_relu_->mask();
   a.dx = dx.defined() ? &dx : nullptr;
   a.dw = &weight_.grad;
   a.db = bias_.value.defined() ? &bias_.grad : nullptr;
   ops.conv2d_backward(a, g_, ctx, name());
+  if (relu_deferred) fused_relu_->take_mask(Tensor());
   if (ctx.observer) ctx.observer->gemm_backward(*this, dy, weight_.grad);
   x_saved_ = Tensor();
   w_saved_ = Tensor();

@@ -34,6 +34,7 @@ class CpuOps final : public DeviceOps {
 
   void relu_forward(const Tensor& x, Tensor& y, Tensor* mask) override;
   void relu_backward(const Tensor& dy, const Tensor& mask, Tensor& dx) override;
+  void relu_backward_convert(const Tensor& dy, const Tensor& mask, Tensor& dx) override;
   void gelu_forward(const Tensor& x, Tensor& y, Tensor* dydx) override;
   void gelu_backward(const Tensor& dydx, const Tensor& dy, Tensor& dx) override;
   void add(const Tensor& a, const Tensor& b, Tensor& out) override;
@@ -63,6 +64,7 @@ class CpuOps final : public DeviceOps {
                       const ConvEpilogue& epilogue, Tensor& y, StepContext& ctx, const std::string& layer) override;
   void conv2d_backward(const Conv2dBackward& a, const ConvGeometry& g, StepContext& ctx,
                        const std::string& layer) override;
+  bool conv_backward_reads_relu_mask() const override { return true; }
 
   void softmax_xent(const Tensor& logits, const Tensor& targets, float loss_divisor, float grad_scale,
                     Tensor& dlogits, XentSums* sums) override;

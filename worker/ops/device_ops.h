@@ -61,6 +61,9 @@ struct Int8Quantization {
   int qmax = 127;
   Rounding rounding = Rounding::NEAREST_EVEN;
   uint64_t seed = 0;  // stochastic rounding noise: stochastic_uniform(seed, flat source index)
+  // Per tensor only: quantize mask ? x : +0 (a ReLU's mask, uint8 0/1, x's shape), the gradient
+  // the ReLU's backward would have written.
+  const Tensor* relu_mask = nullptr;
 };
 
 // The matmul's extras: C = op(A) op(B) + beta C [+ bias on every row] and the row sums of op(A).
@@ -76,11 +79,16 @@ struct Conv2dBackward {
   const Tensor* x = nullptr;   // (B, C, H, W) the saved input as the backward GEMMs read it
   const Tensor* w = nullptr;   // (O, C*k*k) the backward weight operand
   // FP32 output gradient (in whatever layout the device needs, any shape) -> the backward GEMM
-  // operand (the layer precision's cast_gradient); called once per chunk of samples.
-  std::function<Tensor(const Tensor&)> cast_dy;
+  // operand (the layer precision's cast_gradient), masked first by the ReLU mask given (dy's
+  // shape, or nullptr); called once per chunk of samples.
+  std::function<Tensor(const Tensor&, const Tensor*)> cast_dy;
   Tensor* dx = nullptr;  // (B, C, H, W) FP32, written; nullptr: no input gradient (the model's first layer)
   Tensor* dw = nullptr;  // (O, C*k*k) FP32 +=
   Tensor* db = nullptr;  // (O) FP32 +=; nullptr: no bias
+  // (B, O, OH, OW) uint8 0/1 or nullptr: dy is the output gradient of the ReLU fused into the
+  // forward (ConvEpilogue), whose backward is deferred to here: the convolution's gradient is dy
+  // where the mask is 1, +0 elsewhere (read on the fly where the device can, else masked first).
+  const Tensor* relu_mask = nullptr;
 };
 
 // Host-visible results (valid after synchronize()).
@@ -181,6 +189,8 @@ class DeviceOps {
   // ---- elementwise --------------------------------------------------------------------------
   virtual void relu_forward(const Tensor& x, Tensor& y, Tensor* mask) = 0;    // mask: uint8 0/1
   virtual void relu_backward(const Tensor& dy, const Tensor& mask, Tensor& dx) = 0;
+  // The same with dx in BF16 or FP16: dx = convert(mask ? dy : +0), without an FP32 copy.
+  virtual void relu_backward_convert(const Tensor& dy, const Tensor& mask, Tensor& dx) = 0;
   // Exact erf GELU, y = x Phi(x); in training also its derivative at x, dydx = Phi(x) + x phi(x)
   // (both come from one pass over x), which the backward multiplies in: dx = dy * dydx.
   virtual void gelu_forward(const Tensor& x, Tensor& y, Tensor* dydx) = 0;
@@ -233,6 +243,10 @@ class DeviceOps {
                               const ConvEpilogue& epilogue, Tensor& y, StepContext& ctx, const std::string& layer) = 0;
   virtual void conv2d_backward(const Conv2dBackward& a, const ConvGeometry& g, StepContext& ctx,
                                const std::string& layer) = 0;
+  // Whether conv2d_backward reads Conv2dBackward::relu_mask on the fly (in the bias gradient and
+  // the casts that allow it) rather than masking dy into a copy first (no gain: the ReLU's own
+  // backward then runs instead).
+  virtual bool conv_backward_reads_relu_mask() const = 0;
 
   // ---- loss and optimizer -------------------------------------------------------------------
   // logits (P, V) rows; targets (P) int32 in [0, V) (checked by the caller); dlogits (P, V) =

@@ -8,6 +8,10 @@
 //   forward      y (O, S*H'W')       = W (O, CKK) cols (CKK, S*H'W')     NN, W is the A operand
 //   input grad   dcols (CKK, S*H'W') = W^T dy (O, S*H'W')                 TN
 //   weight grad  dW (O, CKK)        += dy (O, S*H'W') cols^T             NT
+#ifdef __AVX2__
+#include <immintrin.h>
+#endif
+
 #include <algorithm>
 #include <cstring>
 #include <stdexcept>
@@ -121,16 +125,34 @@ ConvOnednnCall onednn_forward_call(const Tensor& xc, const Tensor& wc, const Ten
 // interleaved lane sums (lane j adds positions j, j + 8, ...; a fixed order, vectorized), added
 // pairwise, then to db sample by sample. Threads own whole channels: the same at any count. The
 // CUDA kernel adds in the same order (kernels/cuda/conv_cuda.cu, PlaneSums): the same bits.
-void conv_bias_grad_add(const float* dy, int64_t batch, int64_t o, int64_t hw, float* db) {
+// With a ReLU mask (same shape as dy, or nullptr) the sums are of mask ? dy : +0.
+void conv_bias_grad_add(const float* dy, const uint8_t* mask, int64_t batch, int64_t o, int64_t hw, float* db) {
 #pragma omp parallel for schedule(static) if (batch * o * hw > (1 << 16))
   for (int64_t oc = 0; oc < o; ++oc)
     for (int64_t s = 0; s < batch; ++s) {
       const float* plane = dy + (s * o + oc) * hw;
+      const uint8_t* on = mask != nullptr ? mask + (s * o + oc) * hw : nullptr;
       float lane[8] = {0, 0, 0, 0, 0, 0, 0, 0};
       int64_t p = 0;
-      for (; p + 8 <= hw; p += 8)
-        for (int j = 0; j < 8; ++j) lane[j] += plane[p + j];
-      for (int j = 0; p < hw; ++p, ++j) lane[j] += plane[p];
+      if (on != nullptr) {
+#ifdef __AVX2__
+        // The eight lanes in one vector: the masked-out values are +0 (a bitwise and).
+        __m256 acc = _mm256_setzero_ps();
+        for (; p + 8 <= hw; p += 8) {
+          const __m256i m = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(on + p)));
+          const __m256 keep = _mm256_castsi256_ps(_mm256_cmpgt_epi32(m, _mm256_setzero_si256()));
+          acc = _mm256_add_ps(acc, _mm256_and_ps(_mm256_loadu_ps(plane + p), keep));
+        }
+        _mm256_storeu_ps(lane, acc);
+#endif
+        for (; p + 8 <= hw; p += 8)
+          for (int j = 0; j < 8; ++j) lane[j] += on[p + j] != 0 ? plane[p + j] : 0.0f;
+        for (int j = 0; p < hw; ++p, ++j) lane[j] += on[p] != 0 ? plane[p] : 0.0f;
+      } else {
+        for (; p + 8 <= hw; p += 8)
+          for (int j = 0; j < 8; ++j) lane[j] += plane[p + j];
+        for (int j = 0; p < hw; ++p, ++j) lane[j] += plane[p];
+      }
       db[oc] += ((lane[0] + lane[4]) + (lane[1] + lane[5])) + ((lane[2] + lane[6]) + (lane[3] + lane[7]));
     }
 }
@@ -242,7 +264,7 @@ bool CpuOps::conv2d_backward_onednn(const Conv2dBackward& a, const ConvGeometry&
   data.shape = weights.shape = onednn_shape(g, a.dy->dim(0), wb.dim(0));
   data.type = weights.type = type;
   if ((a.dx != nullptr && !conv_onednn_supports(data)) || !conv_onednn_supports(weights)) return false;
-  const Tensor gc = a.cast_dy(*a.dy);  // (B, O, H', W') in the backward precision
+  const Tensor gc = a.cast_dy(*a.dy, a.relu_mask);  // (B, O, H', W') in the backward precision
   if (gc.precision() != type)
     throw std::logic_error("conv2d_backward: layer '" + layer + "' casts its gradient to " +
                            precision_name(gc.precision()) + " but saved its operands in " + precision_name(type));
@@ -289,19 +311,27 @@ bool CpuOps::conv2d_input_grad_onednn(const Tensor& gq, const Tensor& wb, const 
 // its rows copied per chunk; its input gradient runs on oneDNN where it can.
 void CpuOps::conv2d_backward(const Conv2dBackward& a, const ConvGeometry& g, StepContext& ctx,
                              const std::string& layer) {
-  const Tensor& dy = *a.dy;
   const Tensor& xb = *a.x;
   const Tensor& wb = *a.w;
-  const int64_t batch = dy.dim(0), hw = g.oh * g.ow, ckk = g.c * g.k * g.k, o = wb.dim(0);
+  const int64_t batch = a.dy->dim(0), hw = g.oh * g.ow, ckk = g.c * g.k * g.k, o = wb.dim(0);
   if (a.db != nullptr) {
     OpClock clock(ctx, layer + ".bias_grad");
-    conv_bias_grad_add(dy.f32(), batch, o, hw, a.db->f32());
+    conv_bias_grad_add(a.dy->f32(), a.relu_mask != nullptr ? a.relu_mask->as<uint8_t>() : nullptr, batch, o, hw,
+                       a.db->f32());
   }
   if (conv2d_backward_onednn(a, g, ctx, layer)) return;
   // Saved operands with scales (int8-all, fp8): the gradient is cast whole, one scale for the
-  // tensor, before any chunking.
+  // tensor, before any chunking, reading a fused ReLU's mask on the fly. Otherwise the chunks'
+  // casts read a masked copy.
   const bool cast_whole = precision_takes_scales(xb.precision());
-  const Tensor gq = cast_whole ? a.cast_dy(dy) : Tensor();  // (B, O, H', W') quantized
+  Tensor masked;
+  if (a.relu_mask != nullptr && !cast_whole) {
+    OpClock clock(ctx, layer + ".relu_backward");
+    masked = Tensor::empty(a.dy->shape(), Precision::FP32, ctx.memory, layer + " output gradient (relu masked)");
+    relu_backward(*a.dy, *a.relu_mask, masked);
+  }
+  const Tensor& dy = masked.defined() ? masked : *a.dy;
+  const Tensor gq = cast_whole ? a.cast_dy(dy, a.relu_mask) : Tensor();  // (B, O, H', W') quantized
   const bool dx_on_im2col = a.dx != nullptr && !(cast_whole && conv2d_input_grad_onednn(gq, wb, g, *a.dx, ctx, layer));
   if (dx_on_im2col) fill_zero(*a.dx);
   const int64_t chunk = std::min(batch, chunk_samples(g));
@@ -325,7 +355,7 @@ void CpuOps::conv2d_backward(const Conv2dBackward& a, const ConvGeometry& g, Ste
       dy_n.scale_mode = gq.scale_mode;
       dy_n.scales = gq.scales;
     }
-    const Tensor gc = cast_whole ? dy_n : a.cast_dy(dy_n);  // (O, n*H'W') backward precision
+    const Tensor gc = cast_whole ? dy_n : a.cast_dy(dy_n, nullptr);  // (O, n*H'W') backward precision
     if (dx_on_im2col) {
       {
         OpClock clock(ctx, layer + ".gemm_input_grad");

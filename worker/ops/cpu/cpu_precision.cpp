@@ -62,6 +62,29 @@ void CpuOps::convert(const Tensor& src, Tensor& dst) {
                            precision_name(to) + " (fp32 <-> bf16 / fp16 only)");
 }
 
+// Per chunk of 2048 values: the masked values into an L1 buffer, then the vectorized converter
+// (the bits of relu_backward then convert, without the FP32 tensor between them).
+void CpuOps::relu_backward_convert(const Tensor& dy, const Tensor& mask, Tensor& dx) {
+  check_same_numel(dy, dx, "relu_backward_convert");
+  check_same_numel(dy, mask, "relu_backward_convert");
+  const Precision to = dx.precision();
+  if (to != Precision::BF16 && to != Precision::FP16)
+    throw std::logic_error(std::string("relu_backward_convert: ") + precision_name(to) + " is not a 16-bit format");
+  constexpr int64_t CHUNK = 2048;
+  const int64_t n = dy.numel(), chunks = (n + CHUNK - 1) / CHUNK;
+  const float* g = dy.f32();
+  const uint8_t* m = mask.as<uint8_t>();
+  uint16_t* out = dx.as<uint16_t>();
+#pragma omp parallel for schedule(static) if (n > (1 << 16))
+  for (int64_t c = 0; c < chunks; ++c) {
+    alignas(64) float masked[CHUNK];
+    const int64_t b = c * CHUNK, len = std::min(CHUNK, n - b);
+    for (int64_t i = 0; i < len; ++i) masked[i] = m[b + i] != 0 ? g[b + i] : 0.0f;
+    if (to == Precision::BF16) convert_fp32_to_bf16(masked, out + b, len);
+    else convert_fp32_to_fp16(masked, out + b, len);
+  }
+}
+
 void CpuOps::round_to_sixteen_bit(Tensor& x, Precision p) {
   if (p != Precision::BF16 && p != Precision::FP16)
     throw std::logic_error(std::string("round_to_sixteen_bit: ") + precision_name(p) + " is not a 16-bit format");
@@ -71,6 +94,7 @@ void CpuOps::round_to_sixteen_bit(Tensor& x, Precision p) {
 void CpuOps::quantize_int8(const Tensor& x, const Int8Quantization& spec, Tensor& q, Tensor* q_transposed) {
   check_same_numel(x, q, "quantize_int8");
   if (spec.per_row) {
+    if (spec.relu_mask != nullptr) throw std::logic_error("quantize_int8: a ReLU mask with per-row scales");
     const int64_t rows = rows_of(x), cols = cols_of(x);
     std::vector<float> scales(static_cast<size_t>(rows));
     amax_rows(x.f32(), rows, cols, scales.data());
@@ -80,6 +104,16 @@ void CpuOps::quantize_int8(const Tensor& x, const Int8Quantization& spec, Tensor
     q.scales = Tensor::host_scales(scales);
     if (q_transposed != nullptr)
       throw std::logic_error("quantize_int8: a transposed copy of per-row scales would be per column");
+    return;
+  }
+  if (spec.relu_mask != nullptr) {  // masked on the fly: the bits of quantizing relu_backward's dx
+    check_same_numel(x, *spec.relu_mask, "quantize_int8 (relu mask)");
+    const uint8_t* m = spec.relu_mask->as<uint8_t>();
+    const float s = int8_scale_from_amax(amax_masked(x.f32(), m, x.numel()), spec.qmax);
+    quantize_int8_masked(x.f32(), m, q.as<int8_t>(), x.numel(), s, spec.rounding, spec.seed);
+    q.scale_mode = ScaleMode::PER_TENSOR;
+    q.scales = Tensor::host_scales({s});
+    if (q_transposed != nullptr) transpose(q, *q_transposed);
     return;
   }
   const float s = int8_scale_from_amax(amax(x.f32(), x.numel()), spec.qmax);
