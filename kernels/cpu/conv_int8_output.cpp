@@ -1,7 +1,8 @@
 // File: kernels/cpu/conv_int8_output.cpp
 // The INT8 convolutions' output transforms (conv_int8_output.h): NHWC sums to NCHW outputs in
 // tiles of 8 positions x 8 channels transposed in registers (AVX2, the host baseline x86-64-v3),
-// tails, in-place planes and builds without AVX2 in scalar code.
+// with a fused ReLU and its mask when asked; tails, in-place planes and builds without AVX2 in
+// scalar code.
 #include "kernels/cpu/conv_int8_output.h"
 
 #include <algorithm>

@@ -3,6 +3,8 @@
 // scales commute with im2col) and only the cast input is saved; the convolution itself is one op
 // of the rank's ops (DeviceOps::conv2d_forward / conv2d_backward): on the CPU GEMMs over im2col
 // columns in chunks of samples (worker/ops/cpu/cpu_conv.cpp), on CUDA cuDNN or im2col GEMMs.
+// A ReLU right after the layer can be fused (fuse_relu): applied in the convolution's output
+// pass, its backward deferred to the convolution's where the device reads the mask on the fly.
 // The weight is the GEMMs' A operand (O rows): its INT8 scales are per output channel.
 //   x (B, C, H, W) -> y (B, O, H', W');  W (O, C*k*k), b (O) FP32 masters.
 #pragma once
