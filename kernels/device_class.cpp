@@ -5,6 +5,7 @@
 
 #include <omp.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cstdlib>
 #include <mutex>
@@ -181,7 +182,10 @@ void device_class_activate(const DeviceClass& c, int threads) {
       if (dnnl::set_max_cpu_isa(onednn_isa_for(c.cpu_isa_cap)) != dnnl::status::success)
         throw std::logic_error("could not cap oneDNN at " + std::string(cpu_isa_name(c.cpu_isa_cap)) +
                                ": oneDNN already generated kernels; activate the device class before the first GEMM");
-      cpu_isa_set_cap(c.cpu_isa_cap);
+      // Our own vectorized loops (quantize, convert) are the same on every class: at least the
+      // host baseline's AVX2. Below it only oneDNN is capped (cpu-sse41: an older device's GEMMs
+      // and convolutions, not a scalar engine).
+      cpu_isa_set_cap(std::max(c.cpu_isa_cap, CpuIsa::AVX2));
     }
     omp_set_num_threads(threads);
   } else {
