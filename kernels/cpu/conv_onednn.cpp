@@ -99,6 +99,9 @@ struct ConvPrimitive {
   dnnl::reorder in_reorder[2], out_reorder;
   bool in_reordered[2] = {false, false}, out_reordered = false;
   bool out_nhwc = false;  // the output comes in NHWC (oneDNN's INT8 kernels)
+  // A relu key whose post-op would change oneDNN's kernel (and so maybe its order of sums): the
+  // primitive is the plain one and the ReLU runs as a pass after it.
+  bool relu_in_pass = false;
 };
 
 bool is_ref(const std::string& impl) { return impl.empty() || impl.rfind("ref", 0) == 0; }
@@ -166,16 +169,22 @@ ConvPrimitive create(const Key& k) {
       // primitive per step); the integer sums come out as FP32 and the scales follow (run).
       // oneDNN's INT8 convolutions are inference-only; for a convolution the two are the same.
       const auto prop = k.type == Precision::INT8 ? dnnl::prop_kind::forward_inference : dnnl::prop_kind::forward_training;
-      if (k.relu) {  // eltwise_relu with alpha 0 is a max with zero (NaN and -0 to +0)
-        dnnl::post_ops ops;
-        ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
-        attr.set_post_ops(ops);
-      }
       const auto d = k.bias ? dnnl::convolution_forward::desc(prop, algo, src_any, wei_any, bias_md, dst_f32_any,
                                                               strides, pad_l, pad_r)
                             : dnnl::convolution_forward::desc(prop, algo, src_any, wei_any, dst_f32_any, strides,
                                                               pad_l, pad_r);
-      const dnnl::convolution_forward::primitive_desc pd(d, attr, conv_engine());
+      dnnl::convolution_forward::primitive_desc pd(d, attr, conv_engine());
+      if (k.relu) {  // eltwise_relu with alpha 0 is a max with zero (NaN and -0 to +0)
+        dnnl::primitive_attr relu_attr;  // (a copy of attr would share its handle)
+        relu_attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+        dnnl::post_ops ops;
+        ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
+        relu_attr.set_post_ops(ops);
+        const dnnl::convolution_forward::primitive_desc relu_pd(d, relu_attr, conv_engine(), true);
+        // The post-op only where it leaves the kernel (its sums) as the plain convolution's.
+        p.relu_in_pass = !relu_pd || relu_pd.impl_info_str() != pd.impl_info_str();
+        if (!p.relu_in_pass) pd = relu_pd;
+      }
       set_primitive<dnnl::convolution_forward>(pd, pd.src_desc(), pd.weights_desc(), pd.dst_desc(), p);
       p.in_user[0] = memory::desc(src_dims, t, tag::nchw);
       p.in_user[1] = memory::desc(wei_dims, t, tag::oihw);
@@ -343,7 +352,12 @@ void run_call(const ConvOnednnCall& call, const memory* prepared_dy) {
     for (int64_t i = 0; i < n; ++i) out[i] += plain_out[i];
   }
   if (int8) int8_scale_in_place(int8_output_of(call), out);
-  if (!int8 && call.relu_mask != nullptr) {  // the relu post-op ran: the mask of its outputs
+  if (!int8 && call.relu && p.relu_in_pass) {  // the ReLU the post-op could not take
+    const int64_t n = call.shape.n * call.shape.o * call.shape.oh * call.shape.ow;
+#pragma omp parallel for simd schedule(static) if (n > (1 << 16))
+    for (int64_t i = 0; i < n; ++i) out[i] = out[i] > 0.0f ? out[i] : 0.0f;
+  }
+  if (!int8 && call.relu_mask != nullptr) {  // the mask of the ReLU's outputs
     const int64_t n = call.shape.n * call.shape.o * call.shape.oh * call.shape.ow;
     uint8_t* const mask = call.relu_mask;
 #pragma omp parallel for simd schedule(static) if (n > (1 << 16))

@@ -1,6 +1,6 @@
 // File: kernels/cpu/quantize_cpu.cpp
-// The vectorized quantize.h entry points (amax, amax_rows, quantize_int8, quantize_int8_rows,
-// dequantize_int8) with runtime dispatch on cpu_isa_active(): AVX-512 (>= CpuIsa::AVX512),
+// The vectorized quantize.h entry points (amax, amax_rows, amax_masked, quantize_int8,
+// quantize_int8_masked, quantize_int8_rows, dequantize_int8) with runtime dispatch on cpu_isa_active(): AVX-512 (>= CpuIsa::AVX512),
 // AVX2 + FMA (CpuIsa::AVX2), else the _ref functions. Bit-identical to the _ref functions:
 // the arithmetic is the one spelled out at the top of ref/quantize_ref.cpp (x * (1/scale) then
 // RNE; or floor(fma(x, 1/scale, u)); NaN -> 0; clamp to [-127, 127]), and the stochastic noise

@@ -98,6 +98,8 @@ void check_relu_epilogue(ConvOnednnCall c, const std::vector<double>& y_ref) {
   c.relu = true;
   c.out = y.data();
   for (uint8_t* m : {mask.data(), static_cast<uint8_t*>(nullptr)}) {
+    std::fill(y.begin(), y.end(), -3.0f);
+    std::fill(mask.begin(), mask.end(), uint8_t(7));
     c.relu_mask = m;
     conv_onednn_run(c);
     for (size_t i = 0; i < y.size(); ++i) {

@@ -301,8 +301,9 @@ TEST_P(QuantizeVector, MatchesRefBitExact) {
 }
 
 // The masked entry points (a ReLU's mask applied on the fly) give the bits of masking first
-// (mask ? x : +0) and of their references, at every length and start (the stochastic index of
-// an element is its flat index either way), NaN and negative values under the mask included.
+// (mask ? x : +0) and of their references, at every length and memory alignment (the stochastic
+// index of an element is its flat index either way), NaN and negative values under the mask
+// included.
 TEST_P(QuantizeVector, MaskedMatchesMaskingFirstBitExact) {
   IsaCap cap(GetParam());
   const std::vector<float> x = awkward_floats(300007, 9);

@@ -1,6 +1,7 @@
 // File: worker/layers/activation.h
 // Elementwise activations. Shapes: x (B, in_shape...) -> y of the same shape.
 //   ReluLayer  y = max(x, 0); saves a 1-byte mask (x > 0) for backward: B * numel(in_shape) bytes
+//              (fused after a convolution: that layer applies it and writes the mask)
 //   GeluLayer  y = 0.5 x (1 + erf(x / sqrt 2)), the exact GELU of PyTorch's nn.GELU();
 //              saves its FP32 derivative at x (written in the same pass as y)
 #pragma once

@@ -12,6 +12,7 @@
 #include "tests/worker/layers/gemm_test_support.h"
 #include "worker/layers/activation.h"
 #include "worker/layers/conv2d.h"
+#include "worker/precision_ops.h"
 
 namespace qsync::testing {
 namespace {
@@ -237,9 +238,12 @@ TEST_P(Conv2dPrecision, FusedReluGivesTheBitsOfTheReluLayerAfterIt) {
       const std::vector<float> fused_y = values_of(fused_relu.forward(fused_conv.forward(x, fused_ctx), fused_ctx));
       ASSERT_EQ(fused_y, y);
       EXPECT_GT(std::count(y.begin(), y.end(), 0.0f), 0) << "no output was negative";
+      // The ReLU's backward is deferred to the convolution exactly where the cast reads the mask.
+      EXPECT_EQ(fused_relu.backward_deferred(fused_ctx), cast_gradient_reads_relu_mask(p, fused_ctx));
       EXPECT_EQ(values_of(fused_conv.backward(fused_relu.backward(dy, fused_ctx), fused_ctx)),
                 values_of(conv.backward(relu.backward(dy, ctx), ctx)));
       for (size_t i = 0; i < from.size(); ++i) EXPECT_EQ(values_of(to[i]->grad), values_of(from[i]->grad)) << from[i]->name;
+      EXPECT_EQ(fused_relu.saved_bytes(), 0) << "the mask outlived the backward";
       ctx.training = fused_ctx.training = false;
       EXPECT_EQ(values_of(fused_relu.forward(fused_conv.forward(x, fused_ctx), fused_ctx)),
                 values_of(relu.forward(conv.forward(x, ctx), ctx)));

@@ -12,6 +12,9 @@
 //     in chunks of samples that bound the columns' scratch; the output gradient is cast once
 //     per chunk (as on the CPU), channel-major.
 //   The bias gradient sums the FP32 dy in the CPU's order (kernels/cuda/conv_cuda.h).
+//   A fused ReLU (ConvEpilogue) runs as the relu kernel in place after the forward; a deferred
+//   ReLU mask (Conv2dBackward::relu_mask; conv_backward_reads_relu_mask is false, so the layer
+//   never defers here) is applied to a copy of dy first.
 #include <cuda_runtime.h>
 
 #include <algorithm>

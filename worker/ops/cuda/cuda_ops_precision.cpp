@@ -66,6 +66,7 @@ void CudaOps::relu_backward_convert(const Tensor& dy, const Tensor& mask, Tensor
 void CudaOps::quantize_int8(const Tensor& x, const Int8Quantization& spec, Tensor& q, Tensor* q_transposed) {
   check_same_numel(x, q, "quantize_int8");
   if (spec.relu_mask != nullptr) {  // masked first through an FP32 copy (the relu kernel)
+    if (spec.per_row) throw std::logic_error("quantize_int8: a ReLU mask with per-row scales");
     Tensor masked = empty(x.shape(), Precision::FP32, nullptr, "relu gradient (fp32)");
     relu_backward(x, *spec.relu_mask, masked);
     Int8Quantization plain = spec;
