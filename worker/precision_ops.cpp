@@ -110,20 +110,6 @@ Tensor cast_weight(const Tensor& w, LayerPrecision p, StepContext& ctx, const st
   return q;
 }
 
-namespace {
-
-// mask ? dy : +0 into a new FP32 tensor: a fused ReLU's backward, where the cast cannot read the
-// mask on the fly.
-Tensor relu_masked_copy(const Tensor& dy, const Tensor& mask, StepContext& ctx, const std::string& layer) {
-  OpClock clock(ctx, layer + ".relu_backward");
-  DeviceOps& ops = ops_of(ctx);
-  Tensor out = ops.empty(dy.shape(), Precision::FP32, ctx.memory, layer + " output gradient (relu masked)");
-  ops.relu_backward(dy, mask, out);
-  return out;
-}
-
-}  // namespace
-
 bool cast_gradient_reads_relu_mask(LayerPrecision p, const StepContext& ctx) {
   const BackwardKind k = layer_precision_traits(p).backward;
   return k == BackwardKind::INT8 || (k == BackwardKind::SIXTEEN_BIT && ctx.sixteen_bit_native);
@@ -133,7 +119,11 @@ Tensor cast_gradient(const Tensor& dy, LayerPrecision p, StepContext& ctx, const
                      const Tensor* relu_mask) {
   const LayerPrecisionTraits& t = layer_precision_traits(p);
   if (relu_mask != nullptr && !cast_gradient_reads_relu_mask(p, ctx)) {  // masked first; the cast below (if any) reads the copy
-    const Tensor masked = relu_masked_copy(dy, *relu_mask, ctx, layer);
+    Tensor masked;
+    {
+      OpClock clock(ctx, layer + ".relu_backward");
+      masked = ops_of(ctx).relu_masked_copy(dy, *relu_mask, ctx.memory, layer + " output gradient (relu masked)");
+    }
     return cast_gradient(masked, p, ctx, layer, transposed, nullptr);
   }
   if (t.forward == Precision::FP32) return dy;

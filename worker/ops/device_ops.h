@@ -138,6 +138,13 @@ class DeviceOps {
   Tensor empty(const Shape& s, Precision p, MemoryAccount* account, const std::string& what) const {
     return Tensor::empty(s, p, account, what, device());
   }
+  // mask ? dy : +0 into a new FP32 tensor: a fused ReLU's backward where a cast cannot read the
+  // mask on the fly (relu_backward into a fresh tensor).
+  Tensor relu_masked_copy(const Tensor& dy, const Tensor& mask, MemoryAccount* account, const std::string& what) {
+    Tensor out = empty(dy.shape(), Precision::FP32, account, what);
+    relu_backward(dy, mask, out);
+    return out;
+  }
   Tensor zeros(const Shape& s, Precision p, MemoryAccount* account, const std::string& what) {
     Tensor t = empty(s, p, account, what);
     fill_zero(t);

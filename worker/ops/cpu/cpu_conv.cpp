@@ -327,8 +327,7 @@ void CpuOps::conv2d_backward(const Conv2dBackward& a, const ConvGeometry& g, Ste
   Tensor masked;
   if (a.relu_mask != nullptr && !cast_whole) {
     OpClock clock(ctx, layer + ".relu_backward");
-    masked = Tensor::empty(a.dy->shape(), Precision::FP32, ctx.memory, layer + " output gradient (relu masked)");
-    relu_backward(*a.dy, *a.relu_mask, masked);
+    masked = relu_masked_copy(*a.dy, *a.relu_mask, ctx.memory, layer + " output gradient (relu masked)");
   }
   const Tensor& dy = masked.defined() ? masked : *a.dy;
   const Tensor gq = cast_whole ? a.cast_dy(dy, a.relu_mask) : Tensor();  // (B, O, H', W') quantized

@@ -118,8 +118,7 @@ void CudaOps::conv2d_backward(const Conv2dBackward& a, const ConvGeometry& g, St
     Tensor masked;
     {
       OpClock clock(ctx, layer + ".relu_backward");
-      masked = empty(a.dy->shape(), Precision::FP32, ctx.memory, layer + " output gradient (relu masked)");
-      relu_backward(*a.dy, *a.relu_mask, masked);
+      masked = relu_masked_copy(*a.dy, *a.relu_mask, ctx.memory, layer + " output gradient (relu masked)");
     }
     Conv2dBackward plain = a;
     plain.dy = &masked;

@@ -58,20 +58,16 @@ void CudaOps::round_to_sixteen_bit(Tensor& x, Precision p) {
 
 // The masked gradient through an FP32 copy (the relu kernel), then the conversion.
 void CudaOps::relu_backward_convert(const Tensor& dy, const Tensor& mask, Tensor& dx) {
-  Tensor masked = empty(dy.shape(), Precision::FP32, nullptr, "relu gradient (fp32)");
-  relu_backward(dy, mask, masked);
-  convert(masked, dx);
+  convert(relu_masked_copy(dy, mask, nullptr, "relu gradient (fp32)"), dx);
 }
 
 void CudaOps::quantize_int8(const Tensor& x, const Int8Quantization& spec, Tensor& q, Tensor* q_transposed) {
   check_same_numel(x, q, "quantize_int8");
   if (spec.relu_mask != nullptr) {  // masked first through an FP32 copy (the relu kernel)
     if (spec.per_row) throw std::logic_error("quantize_int8: a ReLU mask with per-row scales");
-    Tensor masked = empty(x.shape(), Precision::FP32, nullptr, "relu gradient (fp32)");
-    relu_backward(x, *spec.relu_mask, masked);
     Int8Quantization plain = spec;
     plain.relu_mask = nullptr;
-    return quantize_int8(masked, plain, q, q_transposed);
+    return quantize_int8(relu_masked_copy(x, *spec.relu_mask, nullptr, "relu gradient (fp32)"), plain, q, q_transposed);
   }
   require_here(x, "quantize_int8");
   const int64_t rows = rows_of(x), cols = cols_of(x);
