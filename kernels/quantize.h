@@ -57,6 +57,11 @@ void quantize_int8_rows(const float* x, int8_t* q, int64_t rows, int64_t cols,
 void dequantize_int8_ref(const int8_t* q, float* x, int64_t n, float scale);
 void dequantize_int8(const int8_t* q, float* x, int64_t n, float scale);
 
+// y[i] = the BF16 bits of q[i] * scale: dequantize_int8 then fp32_to_bf16 (float_convert.h), in
+// one pass (the 16-bit backward operand of an INT8 layer, written without an FP32 copy).
+void dequantize_int8_to_bf16_ref(const int8_t* q, uint16_t* y, int64_t n, float scale);
+void dequantize_int8_to_bf16(const int8_t* q, uint16_t* y, int64_t n, float scale);
+
 // Per-tensor FP8 scale: maps amax onto the format's max finite value (2^-margin headroom).
 float fp8_scale_from_amax(float amax, float format_max_finite);
 

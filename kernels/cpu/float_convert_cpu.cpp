@@ -18,61 +18,22 @@
 //
 // Large buffers (n >= 2^16) are split into fixed chunks run by an OpenMP parallel for; each
 // element's result depends on that element only, so the thread count never changes a bit.
-// GCC 12 reports its own _mm512_undefined_* placeholders as maybe-uninitialized (GCC bug
-// 105593) when AVX-512 intrinsics are inlined; the warning is silenced for the header only.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#endif
-#include <immintrin.h>
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic pop
-#endif
-
+// The dispatch and chunking are simd_dispatch.h's; the BF16 vector encoders bf16_encode_simd.h's.
 #include <algorithm>
 #include <bit>
 #include <cstdint>
 
-#include "kernels/cpu_isa.h"
+#include "kernels/cpu/bf16_encode_simd.h"
 #include "kernels/float_convert.h"
-
-#define QSYNC_TARGET_AVX2 __attribute__((target("avx2,fma,f16c")))
-#define QSYNC_TARGET_AVX512 \
-  __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx2,fma,f16c")))
-#define QSYNC_TARGET_AVX512_BF16 \
-  __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512bf16,avx2,fma,f16c")))
 
 namespace qsync {
 namespace {
 
-constexpr int64_t PARALLEL_MIN_ELEMENTS = int64_t{1} << 16;
-constexpr int64_t CHUNK_ELEMENTS = int64_t{1} << 14;
-
-// Runs fn(begin, count) over [0, n): one call when n is small, fixed chunks in parallel else.
-template <class Fn>
-void for_chunks(int64_t n, Fn fn) {
-  if (n <= 0) return;
-  if (n < PARALLEL_MIN_ELEMENTS) {
-    fn(int64_t{0}, n);
-    return;
-  }
-  const int64_t chunks = (n + CHUNK_ELEMENTS - 1) / CHUNK_ELEMENTS;
-#pragma omp parallel for schedule(static)
-  for (int64_t c = 0; c < chunks; ++c) {
-    const int64_t begin = c * CHUNK_ELEMENTS;
-    fn(begin, std::min(CHUNK_ELEMENTS, n - begin));
-  }
-}
-
-enum class Path { SCALAR, AVX2, AVX512 };
-
-Path active_path() {
-  const CpuIsa isa = cpu_isa_active();
-  if (isa >= CpuIsa::AVX512) return Path::AVX512;
-  if (isa >= CpuIsa::AVX2) return Path::AVX2;
-  return Path::SCALAR;
-}
+using simd::active_path;
+using simd::for_chunks;
+using simd::Path;
+using simd::tail_mask16;
+using simd::FP32_INF_BITS;
 
 // ---- branch-free FP8 codecs (same results as the _ref functions) -------------------------
 
@@ -162,12 +123,7 @@ QSYNC_TARGET_AVX512 void decode_fp8_avx512(const uint8_t* x, float* y, int64_t n
 // ---- FP16 ---------------------------------------------------------------------------------
 
 constexpr int FP16_MAX_BITS = 0x477fe000;  // 65504.0f
-constexpr int FP32_INF_BITS = 0x7f800000;
 constexpr int CVT_RNE = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
-
-inline __mmask16 tail_mask16(int64_t left) {
-  return left >= 16 ? __mmask16(0xffff) : __mmask16((1u << left) - 1);
-}
 
 QSYNC_TARGET_AVX512 void fp32_to_fp16_avx512(const float* x, uint16_t* y, int64_t n) {
   const __m512i abs_mask = _mm512_set1_epi32(0x7fffffff);
@@ -240,46 +196,19 @@ QSYNC_TARGET_AVX2 void fp16_to_fp32_avx2(const uint16_t* x, float* y, int64_t n)
 
 // ---- BF16 ---------------------------------------------------------------------------------
 
-// The BF16 bits (in the low 16 of each lane) of 16 FP32 bit patterns: integer round to nearest
-// even, finite overflow saturated, inf kept, NaN quieted.
-QSYNC_TARGET_AVX512 inline __m512i bf16_bits_avx512(__m512i u) {
-  const __m512i abs_mask = _mm512_set1_epi32(0x7fffffff);
-  const __m512i inf_bits = _mm512_set1_epi32(FP32_INF_BITS);
-  const __m512i a = _mm512_and_si512(u, abs_mask);
-  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(a, 16), _mm512_set1_epi32(1));
-  __m512i r = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(a, _mm512_set1_epi32(0x7fff)), lsb), 16);
-  r = _mm512_min_epu32(r, _mm512_set1_epi32(0x7f7f));  // finite overflow saturates
-  r = _mm512_mask_mov_epi32(r, _mm512_cmpeq_epi32_mask(a, inf_bits), _mm512_set1_epi32(0x7f80));
-  const __m512i nan = _mm512_or_si512(_mm512_srli_epi32(a, 16), _mm512_set1_epi32(0x40));
-  r = _mm512_mask_mov_epi32(r, _mm512_cmpgt_epi32_mask(a, inf_bits), nan);
-  return _mm512_or_si512(r, _mm512_srli_epi32(_mm512_andnot_si512(abs_mask, u), 16));
-}
-
 QSYNC_TARGET_AVX512 void fp32_to_bf16_avx512(const float* x, uint16_t* y, int64_t n) {
   for (int64_t i = 0; i < n; i += 16) {
     const __mmask16 k = tail_mask16(n - i);
-    const __m512i r = bf16_bits_avx512(_mm512_maskz_loadu_epi32(k, x + i));
+    const __m512i r = simd::bf16_bits_avx512(_mm512_maskz_loadu_epi32(k, x + i));
     _mm256_mask_storeu_epi16(y + i, k, _mm512_cvtepi32_epi16(r));
   }
 }
 
-// VCVTNEPS2BF16 and its fix-ups (see the header comment): the same bits as fp32_to_bf16_avx512.
+// VCVTNEPS2BF16 and its fix-ups (bf16_encode_simd.h): the same bits as fp32_to_bf16_avx512.
 QSYNC_TARGET_AVX512_BF16 void fp32_to_bf16_avx512_bf16(const float* x, uint16_t* y, int64_t n) {
-  const __m512i abs_mask = _mm512_set1_epi32(0x7fffffff);
-  const __m512i min_normal = _mm512_set1_epi32(0x00800000);
-  const __m512i max_finite = _mm512_set1_epi32(0x7f7f7fff);  // the largest |x| that rounds to a finite BF16
-  const __m512i inf_bits = _mm512_set1_epi32(FP32_INF_BITS);
   for (int64_t i = 0; i < n; i += 16) {
     const __mmask16 k = tail_mask16(n - i);
-    const __m512 v = _mm512_maskz_loadu_ps(k, x + i);
-    __m256i r = reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(v));
-    const __m512i u = _mm512_castps_si512(v);
-    const __m512i a = _mm512_and_si512(u, abs_mask);
-    const __mmask16 redo = (_mm512_test_epi32_mask(a, a) & _mm512_cmplt_epu32_mask(a, min_normal)) |
-                           (_mm512_cmpgt_epu32_mask(a, max_finite) & _mm512_cmplt_epu32_mask(a, inf_bits));
-    if (redo != 0)  // subnormals (they round like any value there) and finite overflow
-      r = _mm256_mask_mov_epi16(r, redo, _mm512_cvtepi32_epi16(bf16_bits_avx512(u)));
-    _mm256_mask_storeu_epi16(y + i, k, r);
+    _mm256_mask_storeu_epi16(y + i, k, simd::bf16_encode_avx512_bf16(_mm512_maskz_loadu_ps(k, x + i)));
   }
 }
 
@@ -291,27 +220,11 @@ QSYNC_TARGET_AVX512 void bf16_to_fp32_avx512(const uint16_t* x, float* y, int64_
   }
 }
 
-QSYNC_TARGET_AVX2 __m128i fp32_to_bf16_avx2_block(__m256i u) {
-  const __m256i abs_mask = _mm256_set1_epi32(0x7fffffff);
-  const __m256i inf_bits = _mm256_set1_epi32(FP32_INF_BITS);
-  const __m256i a = _mm256_and_si256(u, abs_mask);
-  const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(a, 16), _mm256_set1_epi32(1));
-  __m256i r =
-      _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(a, _mm256_set1_epi32(0x7fff)), lsb), 16);
-  r = _mm256_min_epu32(r, _mm256_set1_epi32(0x7f7f));
-  r = _mm256_blendv_epi8(r, _mm256_set1_epi32(0x7f80), _mm256_cmpeq_epi32(a, inf_bits));
-  const __m256i nan = _mm256_or_si256(_mm256_srli_epi32(a, 16), _mm256_set1_epi32(0x40));
-  r = _mm256_blendv_epi8(r, nan, _mm256_cmpgt_epi32(a, inf_bits));
-  r = _mm256_or_si256(r, _mm256_srli_epi32(_mm256_andnot_si256(abs_mask, u), 16));
-  // Values fit in 16 bits: pack the two 128-bit halves (unsigned saturation never triggers).
-  return _mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1));
-}
-
 QSYNC_TARGET_AVX2 void fp32_to_bf16_avx2(const float* x, uint16_t* y, int64_t n) {
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) {
     const __m256i u = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + i));
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(y + i), fp32_to_bf16_avx2_block(u));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(y + i), simd::bf16_encode_avx2(u));
   }
   if (i < n) {
     alignas(32) float in[8] = {};
@@ -319,7 +232,7 @@ QSYNC_TARGET_AVX2 void fp32_to_bf16_avx2(const float* x, uint16_t* y, int64_t n)
     std::copy(x + i, x + n, in);
     _mm_store_si128(
         reinterpret_cast<__m128i*>(out),
-        fp32_to_bf16_avx2_block(_mm256_load_si256(reinterpret_cast<const __m256i*>(in))));
+        simd::bf16_encode_avx2(_mm256_load_si256(reinterpret_cast<const __m256i*>(in))));
     std::copy(out, out + (n - i), y + i);
   }
 }

@@ -1,7 +1,8 @@
 // File: kernels/cpu/quantize_cpu.cpp
 // The vectorized quantize.h entry points (amax, amax_rows, amax_masked, quantize_int8,
-// quantize_int8_masked, quantize_int8_rows, dequantize_int8) with runtime dispatch on cpu_isa_active(): AVX-512 (>= CpuIsa::AVX512),
-// AVX2 + FMA (CpuIsa::AVX2), else the _ref functions. Bit-identical to the _ref functions:
+// quantize_int8_masked, quantize_int8_rows; dequantize_cpu.cpp has the way back) with runtime
+// dispatch on cpu_isa_active() (simd_dispatch.h): AVX-512 (>= CpuIsa::AVX512), AVX2 + FMA
+// (CpuIsa::AVX2), else the _ref functions. Bit-identical to the _ref functions:
 // the arithmetic is the one spelled out at the top of ref/quantize_ref.cpp (x * (1/scale) then
 // RNE; or floor(fma(x, 1/scale, u)); NaN -> 0; clamp to [-127, 127]), and the stochastic noise
 // is the same splitmix64 stream, computed in 64-bit integer lanes: one output per quad of
@@ -11,61 +12,27 @@
 // Buffers of n >= 2^16 elements are split into fixed chunks run by an OpenMP parallel for.
 // Each quantized element depends only on its own value and flat index, and amax is a max
 // (exact in any order), so the thread count never changes a bit.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // GCC bug 105593 in AVX-512 headers
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#endif
-#include <immintrin.h>
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic pop
-#endif
-
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <vector>
 
-#include "kernels/cpu_isa.h"
+#include "kernels/cpu/simd_dispatch.h"
 #include "kernels/quantize.h"
-
-#define QSYNC_TARGET_AVX2 __attribute__((target("avx2,fma,f16c")))
-#define QSYNC_TARGET_AVX512 \
-  __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx2,fma,f16c")))
 
 namespace qsync {
 namespace {
 
-constexpr int64_t PARALLEL_MIN_ELEMENTS = int64_t{1} << 16;
-constexpr int64_t CHUNK_ELEMENTS = int64_t{1} << 14;
+using simd::active_path;
+using simd::for_chunks;
+using simd::Path;
+using simd::tail_mask16;
+using simd::CHUNK_ELEMENTS;
+using simd::PARALLEL_MIN_ELEMENTS;
+
 constexpr uint64_t WEYL_STEP = 0x9e3779b97f4a7c15ull;
 constexpr uint64_t MIX_MUL_1 = 0xbf58476d1ce4e5b9ull;
 constexpr uint64_t MIX_MUL_2 = 0x94d049bb133111ebull;
-
-// Runs fn(begin, count) over [0, n): one call when n is small, fixed chunks in parallel else.
-template <class Fn>
-void for_chunks(int64_t n, Fn fn) {
-  if (n <= 0) return;
-  if (n < PARALLEL_MIN_ELEMENTS) {
-    fn(int64_t{0}, n);
-    return;
-  }
-  const int64_t chunks = (n + CHUNK_ELEMENTS - 1) / CHUNK_ELEMENTS;
-#pragma omp parallel for schedule(static)
-  for (int64_t c = 0; c < chunks; ++c) {
-    const int64_t begin = c * CHUNK_ELEMENTS;
-    fn(begin, std::min(CHUNK_ELEMENTS, n - begin));
-  }
-}
-
-enum class Path { SCALAR, AVX2, AVX512 };
-
-Path active_path() {
-  const CpuIsa isa = cpu_isa_active();
-  if (isa >= CpuIsa::AVX512) return Path::AVX512;
-  if (isa >= CpuIsa::AVX2) return Path::AVX2;
-  return Path::SCALAR;
-}
 
 uint64_t mix64(uint64_t z) {  // the splitmix64 finalizer, as in ref/quantize_ref.cpp
   z = (z ^ (z >> 30)) * MIX_MUL_1;
@@ -88,10 +55,6 @@ int8_t quantize_stochastic_one(float x, float inv, uint64_t seed, uint64_t index
 }
 
 // ---- AVX-512 ------------------------------------------------------------------------------
-
-inline __mmask16 tail_mask16(int64_t left) {
-  return left >= 16 ? __mmask16(0xffff) : __mmask16((1u << left) - 1);
-}
 
 QSYNC_TARGET_AVX512 inline __m512i mix64_avx512(__m512i z) {
   z = _mm512_mullo_epi64(_mm512_xor_si512(z, _mm512_srli_epi64(z, 30)),
@@ -181,15 +144,6 @@ QSYNC_TARGET_AVX512 float amax_avx512(const float* x, const uint8_t* mask, int64
   }
   const __m512 m = _mm512_max_ps(_mm512_max_ps(acc[0], acc[1]), _mm512_max_ps(acc[2], acc[3]));
   return _mm512_reduce_max_ps(m);
-}
-
-QSYNC_TARGET_AVX512 void dequantize_avx512(const int8_t* q, float* x, int64_t n, float scale) {
-  const __m512 vs = _mm512_set1_ps(scale);
-  for (int64_t i = 0; i < n; i += 16) {
-    const __mmask16 k = tail_mask16(n - i);
-    const __m512i v = _mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(k, q + i));
-    _mm512_mask_storeu_ps(x + i, k, _mm512_mul_ps(_mm512_cvtepi32_ps(v), vs));
-  }
 }
 
 // ---- AVX2 ---------------------------------------------------------------------------------
@@ -302,17 +256,6 @@ QSYNC_TARGET_AVX2 float amax_avx2(const float* x, const uint8_t* mask, int64_t n
   return tail > r ? tail : r;
 }
 
-QSYNC_TARGET_AVX2 void dequantize_avx2(const int8_t* q, float* x, int64_t n, float scale) {
-  const __m256 vs = _mm256_set1_ps(scale);
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    const __m256i v =
-        _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(q + i)));
-    _mm256_storeu_ps(x + i, _mm256_mul_ps(_mm256_cvtepi32_ps(v), vs));
-  }
-  dequantize_int8_ref(q + i, x + i, n - i, scale);  // the same single multiply per element
-}
-
 // ---- dispatch helpers ---------------------------------------------------------------------
 
 // mask: nullptr, or x's ReLU mask (masked-out elements count as +0).
@@ -401,17 +344,6 @@ void quantize_int8_rows(const float* x, int8_t* q, int64_t rows, int64_t cols, c
     quantize_span(p, x + off, nullptr, q + off, cols, 1.0f / scales[row], r, seed,
                   static_cast<uint64_t>(off));
   }
-}
-
-void dequantize_int8(const int8_t* q, float* x, int64_t n, float scale) {
-  const Path p = active_path();
-  if (p == Path::SCALAR) return dequantize_int8_ref(q, x, n, scale);
-  for_chunks(n, [&](int64_t b, int64_t c) {
-    if (p == Path::AVX512)
-      dequantize_avx512(q + b, x + b, c, scale);
-    else
-      dequantize_avx2(q + b, x + b, c, scale);
-  });
 }
 
 }  // namespace qsync

@@ -15,6 +15,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "kernels/float_convert.h"
 #include "kernels/quantize.h"
 
 namespace qsync {
@@ -112,6 +113,10 @@ void quantize_int8_rows_ref(const float* x, int8_t* q, int64_t rows, int64_t col
 
 void dequantize_int8_ref(const int8_t* q, float* x, int64_t n, float scale) {
   for (int64_t i = 0; i < n; ++i) x[i] = static_cast<float>(q[i]) * scale;
+}
+
+void dequantize_int8_to_bf16_ref(const int8_t* q, uint16_t* y, int64_t n, float scale) {
+  for (int64_t i = 0; i < n; ++i) y[i] = fp32_to_bf16_ref(static_cast<float>(q[i]) * scale);
 }
 
 // scale = amax / max_finite: amax lands on the format's largest finite value (no headroom

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "kernels/cpu_isa.h"
+#include "kernels/float_convert.h"
 
 namespace qsync {
 namespace {
@@ -328,6 +329,31 @@ TEST_P(QuantizeVector, MaskedMatchesMaskingFirstBitExact) {
         quantize_int8_masked_ref(xs, ms, ref.data(), n, s, r, 12);
         ASSERT_EQ(got, want) << "rounding " << static_cast<int>(r);
         ASSERT_EQ(ref, want) << "rounding " << static_cast<int>(r);
+      }
+    }
+  }
+}
+
+// INT8 -> BF16 in one pass gives the bits of the two steps (dequantize, then round to BF16) and
+// of its reference, for every int8 value at awkward lengths and starts, at scales whose products
+// are ordinary, subnormal in FP32 (the native converter's redo path) and past the largest BF16.
+TEST_P(QuantizeVector, DequantizeToBf16MatchesTwoStepsBitExact) {
+  IsaCap cap(GetParam());
+  std::vector<int8_t> all(256 * 300 + 5);
+  for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<int8_t>(i * 7 + i / 256);
+  for (float s : {0.0371f, 1.0f, 1e-38f, 1e-40f, 2.7e36f, 3e38f}) {
+    for (int64_t start : {0, 1, 7}) {
+      for (int64_t n : {0, 1, 15, 16, 17, 33, 256 * 300}) {
+        SCOPED_TRACE("scale " + std::to_string(s) + ", start " + std::to_string(start) + ", n " + std::to_string(n));
+        const int8_t* q = all.data() + start;
+        std::vector<float> f(size_t(n) + 1);
+        std::vector<uint16_t> want(size_t(n) + 1), ref(size_t(n) + 1), got(size_t(n) + 1);
+        dequantize_int8_ref(q, f.data(), n, s);
+        for (int64_t i = 0; i < n; ++i) want[size_t(i)] = fp32_to_bf16_ref(f[size_t(i)]);
+        dequantize_int8_to_bf16_ref(q, ref.data(), n, s);
+        dequantize_int8_to_bf16(q, got.data(), n, s);
+        ASSERT_EQ(ref, want);
+        ASSERT_EQ(got, want);
       }
     }
   }

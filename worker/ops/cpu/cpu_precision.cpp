@@ -151,6 +151,10 @@ void CpuOps::dequantize_int8(const Tensor& q, Tensor& out, Precision round_to) {
   for (int64_t r = 0; r < (per_row ? rows : 1); ++r) {
     const int64_t begin = per_row ? r * cols : 0, count = per_row ? cols : q.numel();
     const float scale = scales[per_row ? r : 0];
+    if (storage == Precision::BF16) {  // in one pass (parallel when large), no FP32 copy
+      dequantize_int8_to_bf16(q.as<int8_t>() + begin, out.as<uint16_t>() + begin, count, scale);
+      continue;
+    }
     for (int64_t i = 0; i < count; i += CHUNK) {
       const int64_t len = std::min(CHUNK, count - i);
       if (!sixteen) {
@@ -160,9 +164,7 @@ void CpuOps::dequantize_int8(const Tensor& q, Tensor& out, Precision round_to) {
         continue;
       }
       qsync::dequantize_int8(q.as<int8_t>() + begin + i, buf, len, scale);
-      uint16_t* dst = out.as<uint16_t>() + begin + i;
-      if (storage == Precision::BF16) convert_fp32_to_bf16(buf, dst, len);
-      else convert_fp32_to_fp16(buf, dst, len);
+      convert_fp32_to_fp16(buf, out.as<uint16_t>() + begin + i, len);
     }
   }
 }
