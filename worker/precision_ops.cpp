@@ -26,7 +26,7 @@ Tensor to_sixteen_bit(const Tensor& x, Precision p, StepContext& ctx, const std:
 
 // qmax: 127, or the reduced range of A operands on CPUs without VNNI (int8_a_operand_max).
 Tensor int8_per_tensor(const Tensor& x, Rounding r, uint64_t seed, int qmax, StepContext& ctx, const std::string& what,
-                       Tensor* transposed = nullptr, const Tensor* relu_mask = nullptr) {
+                       Tensor* transposed = nullptr, const Tensor* relu_mask = nullptr, float known_amax = -1.0f) {
   DeviceOps& ops = ops_of(ctx);
   Tensor q = ops.empty(x.shape(), Precision::INT8, ctx.memory, what);
   if (transposed != nullptr) *transposed = ops.empty(transposed_shape(x), Precision::INT8, ctx.memory, what + " transposed");
@@ -35,6 +35,7 @@ Tensor int8_per_tensor(const Tensor& x, Rounding r, uint64_t seed, int qmax, Ste
   spec.rounding = r;
   spec.seed = seed;
   spec.relu_mask = relu_mask;
+  spec.known_amax = known_amax;
   ops.quantize_int8(x, spec, q, transposed);
   return q;
 }
@@ -116,7 +117,7 @@ bool cast_gradient_reads_relu_mask(LayerPrecision p, const StepContext& ctx) {
 }
 
 Tensor cast_gradient(const Tensor& dy, LayerPrecision p, StepContext& ctx, const std::string& layer, Tensor* transposed,
-                     const Tensor* relu_mask) {
+                     const Tensor* relu_mask, float known_amax) {
   const LayerPrecisionTraits& t = layer_precision_traits(p);
   if (relu_mask != nullptr && !cast_gradient_reads_relu_mask(p, ctx)) {  // masked first; the cast below (if any) reads the copy
     Tensor masked;
@@ -124,7 +125,7 @@ Tensor cast_gradient(const Tensor& dy, LayerPrecision p, StepContext& ctx, const
       OpClock clock(ctx, layer + ".relu_backward");
       masked = ops_of(ctx).relu_masked_copy(dy, *relu_mask, ctx.memory, layer + " output gradient (relu masked)");
     }
-    return cast_gradient(masked, p, ctx, layer, transposed, nullptr);
+    return cast_gradient(masked, p, ctx, layer, transposed, nullptr, known_amax);
   }
   if (t.forward == Precision::FP32) return dy;
   if (t.forward == Precision::TF32) return dy.with_precision(Precision::TF32);
@@ -143,7 +144,8 @@ Tensor cast_gradient(const Tensor& dy, LayerPrecision p, StepContext& ctx, const
     case BackwardKind::INT8:
       return int8_per_tensor(dy, Rounding::STOCHASTIC, layer_seed(ctx.seed, ctx.step, layer),
                              ops_of(ctx).int8_a_operand_max(), ctx, what,
-                             wants_transposed(ctx, Precision::INT8, transposed) ? transposed : nullptr, relu_mask);
+                             wants_transposed(ctx, Precision::INT8, transposed) ? transposed : nullptr, relu_mask,
+                             known_amax);
     case BackwardKind::FP8_E5M2:
       return fp8_per_tensor(dy, Precision::FP8_E5M2, ctx, what,
                             wants_transposed(ctx, Precision::FP8_E5M2, transposed) ? transposed : nullptr);

@@ -39,9 +39,10 @@ Tensor cast_weight(const Tensor& w, LayerPrecision p, StepContext& ctx, const st
 // device that wants k-contiguous operands, also the (cols, rows) transpose of dy's 2-D view,
 // same scale; left undefined otherwise. relu_mask (optional, dy's shape, uint8 0/1): dy is a
 // fused ReLU's output gradient; the cast is of mask ? dy : +0, read on the fly where the op
-// allows (INT8, the native 16-bit backward), else masked into a copy first.
+// allows (INT8, the native 16-bit backward), else masked into a copy first. known_amax (>= 0):
+// the amax of that gradient, found by the caller on the way (an INT8 cast then skips its pass).
 Tensor cast_gradient(const Tensor& dy, LayerPrecision p, StepContext& ctx, const std::string& layer,
-                     Tensor* transposed = nullptr, const Tensor* relu_mask = nullptr);
+                     Tensor* transposed = nullptr, const Tensor* relu_mask = nullptr, float known_amax = -1.0f);
 // Whether cast_gradient reads a ReLU mask on the fly for this precision (INT8 gradients, the
 // native 16-bit backward of int8) rather than masking into a copy first.
 bool cast_gradient_reads_relu_mask(LayerPrecision p, const StepContext& ctx);

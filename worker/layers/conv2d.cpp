@@ -89,8 +89,8 @@ Tensor Conv2dLayer::backward(const Tensor& dy, StepContext& ctx) {
   a.dy = &dy;
   a.x = &xb;
   a.w = &wb;
-  a.cast_dy = [&](const Tensor& g, const Tensor* relu_mask) {
-    return cast_gradient(g, precision_, ctx, name(), nullptr, relu_mask);
+  a.cast_dy = [&](const Tensor& g, const Tensor* relu_mask, float known_amax) {
+    return cast_gradient(g, precision_, ctx, name(), nullptr, relu_mask, known_amax);
   };
   // The fused ReLU deferred its backward to here (dy is its output gradient): the mask is read
   // on the fly by the casts and the bias gradient where they can.

@@ -64,6 +64,9 @@ struct Int8Quantization {
   // Per tensor only: quantize mask ? x : +0 (a ReLU's mask, uint8 0/1, x's shape), the gradient
   // the ReLU's backward would have written.
   const Tensor* relu_mask = nullptr;
+  // Per tensor only: the amax of the (masked) source when the caller already has it, else < 0.
+  // A hint: it must be the value the cast would compute, which the device may skip computing.
+  float known_amax = -1.0f;
 };
 
 // The matmul's extras: C = op(A) op(B) + beta C [+ bias on every row] and the row sums of op(A).
@@ -80,8 +83,9 @@ struct Conv2dBackward {
   const Tensor* w = nullptr;   // (O, C*k*k) the backward weight operand
   // FP32 output gradient (in whatever layout the device needs, any shape) -> the backward GEMM
   // operand (the layer precision's cast_gradient), masked first by the ReLU mask given (dy's
-  // shape, or nullptr); called once per chunk of samples.
-  std::function<Tensor(const Tensor&, const Tensor*)> cast_dy;
+  // shape, or nullptr); called once per chunk of samples. known_amax: the amax of the (masked)
+  // gradient when the device found it on the way (the bias gradient's pass), else < 0.
+  std::function<Tensor(const Tensor&, const Tensor*, float known_amax)> cast_dy;
   Tensor* dx = nullptr;  // (B, C, H, W) FP32, written; nullptr: no input gradient (the model's first layer)
   Tensor* dw = nullptr;  // (O, C*k*k) FP32 +=
   Tensor* db = nullptr;  // (O) FP32 +=; nullptr: no bias

@@ -251,5 +251,49 @@ TEST_P(Conv2dPrecision, FusedReluGivesTheBitsOfTheReluLayerAfterIt) {
   }
 }
 
+// A bias changes no other gradient: with one, the bias gradient's pass also finds the amax an
+// INT8 gradient cast needs (CpuOps hands it on, known_amax); without, the cast finds it itself.
+// Both give dx and dW bit for bit, a fused ReLU's mask (read on the fly) included.
+TEST_P(Conv2dPrecision, TheBiasPassGivesTheCastTheAmaxItWouldFind) {
+  activate_test_device_class();
+  for (Geometry g : {GEOMETRIES[0], GEOMETRIES[6]}) {
+    for (const bool relu : {false, true}) {
+      SCOPED_TRACE(describe(g) + (relu ? " relu" : ""));
+      std::mt19937_64 rng(9);
+      Geometry plain = g;
+      g.bias = true;
+      plain.bias = false;
+      Conv2dLayer with_bias(desc_of(g), nullptr), without(desc_of(plain), nullptr);
+      with_bias.init_parameters(rng);
+      std::memcpy(parameters_of(without)[0]->value.data(), parameters_of(with_bias)[0]->value.data(),
+                  size_t(parameters_of(with_bias)[0]->value.bytes()));
+      Tensor& bias = parameters_of(with_bias)[1]->value;  // zero: the same outputs
+      std::memset(bias.data(), 0, size_t(bias.bytes()));
+      LayerDesc relu_desc = make_desc("relu", LayerKind::RELU, with_bias.desc().out_shape);
+      relu_desc.out_shape = relu_desc.in_shape;
+      ReluLayer relu_a(relu_desc, nullptr), relu_b(relu_desc, nullptr);
+      if (relu) {
+        with_bias.fuse_relu(relu_a);
+        without.fuse_relu(relu_b);
+      }
+      set_layer_precision(with_bias, GetParam());
+      set_layer_precision(without, GetParam());
+      const Shape out = {g.batch, with_bias.desc().out_shape[0], with_bias.desc().out_shape[1],
+                         with_bias.desc().out_shape[2]};
+      Tensor x = normal_tensor({g.batch, g.c, g.h, g.w}, rng), dy = normal_tensor(out, rng);
+      StepContext ctx_a = device_step_context(), ctx_b = device_step_context();
+      Tensor ya = with_bias.forward(x, ctx_a), yb = without.forward(x, ctx_b);
+      if (relu) {
+        ya = relu_a.forward(ya, ctx_a);
+        yb = relu_b.forward(yb, ctx_b);
+      }
+      ASSERT_EQ(values_of(ya), values_of(yb));
+      const Tensor da = relu ? relu_a.backward(dy, ctx_a) : dy, db = relu ? relu_b.backward(dy, ctx_b) : dy;
+      EXPECT_EQ(values_of(with_bias.backward(da, ctx_a)), values_of(without.backward(db, ctx_b)));
+      EXPECT_EQ(values_of(parameters_of(with_bias)[0]->grad), values_of(parameters_of(without)[0]->grad));
+    }
+  }
+}
+
 }  // namespace
 }  // namespace qsync::testing

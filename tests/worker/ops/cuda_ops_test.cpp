@@ -371,8 +371,8 @@ TEST(CudaOps, MatmulAttentionAndConvolutionWithinFp32Rounding) {
     Tensor gb = Tensor::zeros({O}, Precision::FP32, nullptr);
     Tensor ddx = gpu()->empty(x.shape(), Precision::FP32, nullptr, "t"), dgw = to_gpu(gw), dgb = to_gpu(gb);
     const Tensor ddy = to_gpu(dy);
-    Conv2dBackward a{&dy, &x, &w, [](const Tensor& t, const Tensor*) { return t; }, &dx, &gw, &gb};
-    Conv2dBackward da{&ddy, &dx_dev, &dw_dev, [](const Tensor& t, const Tensor*) { return t; }, &ddx, &dgw, &dgb};
+    Conv2dBackward a{&dy, &x, &w, [](const Tensor& t, const Tensor*, float) { return t; }, &dx, &gw, &gb};
+    Conv2dBackward da{&ddy, &dx_dev, &dw_dev, [](const Tensor& t, const Tensor*, float) { return t; }, &ddx, &dgw, &dgb};
     cpu_ops().conv2d_backward(a, g, ctx, "conv");
     gpu()->conv2d_backward(da, g, dctx, "conv");
     EXPECT_LE(relative(back(ddx), dx), 1e-5) << "conv input gradient";

@@ -13,6 +13,7 @@
 #endif
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <stdexcept>
 #include <string>
@@ -125,36 +126,55 @@ ConvOnednnCall onednn_forward_call(const Tensor& xc, const Tensor& wc, const Ten
 // interleaved lane sums (lane j adds positions j, j + 8, ...; a fixed order, vectorized), added
 // pairwise, then to db sample by sample. Threads own whole channels: the same at any count. The
 // CUDA kernel adds in the same order (kernels/cuda/conv_cuda.cu, PlaneSums): the same bits.
-// With a ReLU mask (same shape as dy, or nullptr) the sums are of mask ? dy : +0.
-void conv_bias_grad_add(const float* dy, const uint8_t* mask, int64_t batch, int64_t o, int64_t hw, float* db) {
+// With a ReLU mask (same shape as dy, or nullptr) the sums are of mask ? dy : +0. Returns the
+// largest |value| summed (NaN ignored): the amax (quantize.h) of the gradient as an INT8 cast
+// would read it, found on the way for the cast that follows.
+float conv_bias_grad_add(const float* dy, const uint8_t* mask, int64_t batch, int64_t o, int64_t hw, float* db) {
+  std::vector<float> channel_amax(size_t(o), 0.0f);
 #pragma omp parallel for schedule(static) if (batch * o * hw > (1 << 16))
-  for (int64_t oc = 0; oc < o; ++oc)
+  for (int64_t oc = 0; oc < o; ++oc) {
+    float amax = 0.0f;
     for (int64_t s = 0; s < batch; ++s) {
       const float* plane = dy + (s * o + oc) * hw;
       const uint8_t* on = mask != nullptr ? mask + (s * o + oc) * hw : nullptr;
-      float lane[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+      float lane[8] = {0, 0, 0, 0, 0, 0, 0, 0}, lane_max[8] = {0, 0, 0, 0, 0, 0, 0, 0};
       int64_t p = 0;
-      if (on != nullptr) {
 #ifdef __AVX2__
-        // The eight lanes in one vector: the masked-out values are +0 (a bitwise and).
-        __m256 acc = _mm256_setzero_ps();
-        for (; p + 8 <= hw; p += 8) {
+      // The eight lanes in one vector: masked-out values are +0 (a bitwise and). max(v, m) keeps
+      // m when v is NaN.
+      const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+      __m256 acc = _mm256_setzero_ps(), top = _mm256_setzero_ps();
+      for (; p + 8 <= hw; p += 8) {
+        __m256 v = _mm256_loadu_ps(plane + p);
+        if (on != nullptr) {
           const __m256i m = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(on + p)));
-          const __m256 keep = _mm256_castsi256_ps(_mm256_cmpgt_epi32(m, _mm256_setzero_si256()));
-          acc = _mm256_add_ps(acc, _mm256_and_ps(_mm256_loadu_ps(plane + p), keep));
+          v = _mm256_and_ps(v, _mm256_castsi256_ps(_mm256_cmpgt_epi32(m, _mm256_setzero_si256())));
         }
-        _mm256_storeu_ps(lane, acc);
+        acc = _mm256_add_ps(acc, v);
+        top = _mm256_max_ps(_mm256_and_ps(v, abs_mask), top);
+      }
+      _mm256_storeu_ps(lane, acc);
+      _mm256_storeu_ps(lane_max, top);
 #endif
-        for (; p + 8 <= hw; p += 8)
-          for (int j = 0; j < 8; ++j) lane[j] += on[p + j] != 0 ? plane[p + j] : 0.0f;
-        for (int j = 0; p < hw; ++p, ++j) lane[j] += on[p] != 0 ? plane[p] : 0.0f;
-      } else {
-        for (; p + 8 <= hw; p += 8)
-          for (int j = 0; j < 8; ++j) lane[j] += plane[p + j];
-        for (int j = 0; p < hw; ++p, ++j) lane[j] += plane[p];
+      for (; p + 8 <= hw; p += 8)
+        for (int j = 0; j < 8; ++j) {
+          const float v = on == nullptr || on[p + j] != 0 ? plane[p + j] : 0.0f;
+          lane[j] += v;
+          lane_max[j] = std::fabs(v) > lane_max[j] ? std::fabs(v) : lane_max[j];
+        }
+      for (int j = 0; p < hw; ++p, ++j) {
+        const float v = on == nullptr || on[p] != 0 ? plane[p] : 0.0f;
+        lane[j] += v;
+        lane_max[j] = std::fabs(v) > lane_max[j] ? std::fabs(v) : lane_max[j];
       }
       db[oc] += ((lane[0] + lane[4]) + (lane[1] + lane[5])) + ((lane[2] + lane[6]) + (lane[3] + lane[7]));
+      for (float m : lane_max) amax = m > amax ? m : amax;
     }
+    channel_amax[size_t(oc)] = amax;
+  }
+  float amax = 0.0f;
+  for (float m : channel_amax) amax = m > amax ? m : amax;
+  return amax;
 }
 
 // Samples per chunk: about 2048 GEMM columns, so a chunk's columns stay in L2.
@@ -264,7 +284,7 @@ bool CpuOps::conv2d_backward_onednn(const Conv2dBackward& a, const ConvGeometry&
   data.shape = weights.shape = onednn_shape(g, a.dy->dim(0), wb.dim(0));
   data.type = weights.type = type;
   if ((a.dx != nullptr && !conv_onednn_supports(data)) || !conv_onednn_supports(weights)) return false;
-  const Tensor gc = a.cast_dy(*a.dy, a.relu_mask);  // (B, O, H', W') in the backward precision
+  const Tensor gc = a.cast_dy(*a.dy, a.relu_mask, -1.0f);  // (B, O, H', W') in the backward precision
   if (gc.precision() != type)
     throw std::logic_error("conv2d_backward: layer '" + layer + "' casts its gradient to " +
                            precision_name(gc.precision()) + " but saved its operands in " + precision_name(type));
@@ -314,10 +334,11 @@ void CpuOps::conv2d_backward(const Conv2dBackward& a, const ConvGeometry& g, Ste
   const Tensor& xb = *a.x;
   const Tensor& wb = *a.w;
   const int64_t batch = a.dy->dim(0), hw = g.oh * g.ow, ckk = g.c * g.k * g.k, o = wb.dim(0);
+  float dy_amax = -1.0f;  // the (masked) gradient's amax when the bias pass found it
   if (a.db != nullptr) {
     OpClock clock(ctx, layer + ".bias_grad");
-    conv_bias_grad_add(a.dy->f32(), a.relu_mask != nullptr ? a.relu_mask->as<uint8_t>() : nullptr, batch, o, hw,
-                       a.db->f32());
+    dy_amax = conv_bias_grad_add(a.dy->f32(), a.relu_mask != nullptr ? a.relu_mask->as<uint8_t>() : nullptr, batch,
+                                 o, hw, a.db->f32());
   }
   if (conv2d_backward_onednn(a, g, ctx, layer)) return;
   // Saved operands with scales (int8-all, fp8): the gradient is cast whole, one scale for the
@@ -330,7 +351,7 @@ void CpuOps::conv2d_backward(const Conv2dBackward& a, const ConvGeometry& g, Ste
     masked = relu_masked_copy(*a.dy, *a.relu_mask, ctx.memory, layer + " output gradient (relu masked)");
   }
   const Tensor& dy = masked.defined() ? masked : *a.dy;
-  const Tensor gq = cast_whole ? a.cast_dy(dy, a.relu_mask) : Tensor();  // (B, O, H', W') quantized
+  const Tensor gq = cast_whole ? a.cast_dy(dy, a.relu_mask, dy_amax) : Tensor();  // (B, O, H', W') quantized
   const bool dx_on_im2col = a.dx != nullptr && !(cast_whole && conv2d_input_grad_onednn(gq, wb, g, *a.dx, ctx, layer));
   if (dx_on_im2col) fill_zero(*a.dx);
   const int64_t chunk = std::min(batch, chunk_samples(g));
@@ -354,7 +375,7 @@ void CpuOps::conv2d_backward(const Conv2dBackward& a, const ConvGeometry& g, Ste
       dy_n.scale_mode = gq.scale_mode;
       dy_n.scales = gq.scales;
     }
-    const Tensor gc = cast_whole ? dy_n : a.cast_dy(dy_n, nullptr);  // (O, n*H'W') backward precision
+    const Tensor gc = cast_whole ? dy_n : a.cast_dy(dy_n, nullptr, -1.0f);  // (O, n*H'W') backward precision
     if (dx_on_im2col) {
       {
         OpClock clock(ctx, layer + ".gemm_input_grad");

@@ -109,14 +109,16 @@ void CpuOps::quantize_int8(const Tensor& x, const Int8Quantization& spec, Tensor
   if (spec.relu_mask != nullptr) {  // masked on the fly: the bits of quantizing relu_backward's dx
     check_same_numel(x, *spec.relu_mask, "quantize_int8 (relu mask)");
     const uint8_t* m = spec.relu_mask->as<uint8_t>();
-    const float s = int8_scale_from_amax(amax_masked(x.f32(), m, x.numel()), spec.qmax);
+    const float a = spec.known_amax >= 0.0f ? spec.known_amax : amax_masked(x.f32(), m, x.numel());
+    const float s = int8_scale_from_amax(a, spec.qmax);
     quantize_int8_masked(x.f32(), m, q.as<int8_t>(), x.numel(), s, spec.rounding, spec.seed);
     q.scale_mode = ScaleMode::PER_TENSOR;
     q.scales = Tensor::host_scales({s});
     if (q_transposed != nullptr) transpose(q, *q_transposed);
     return;
   }
-  const float s = int8_scale_from_amax(amax(x.f32(), x.numel()), spec.qmax);
+  const float a = spec.known_amax >= 0.0f ? spec.known_amax : amax(x.f32(), x.numel());
+  const float s = int8_scale_from_amax(a, spec.qmax);
   qsync::quantize_int8(x.f32(), q.as<int8_t>(), x.numel(), s, spec.rounding, spec.seed);
   q.scale_mode = ScaleMode::PER_TENSOR;
   q.scales = Tensor::host_scales({s});

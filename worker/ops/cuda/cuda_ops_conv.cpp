@@ -134,7 +134,7 @@ void CudaOps::conv2d_backward(const Conv2dBackward& a, const ConvGeometry& g, St
     conv_bias_grad_cuda(dy.as<float>(), a.db->as<float>(), batch, o, hw, partial.as<float>(), stream_);
   }
   if (!precision_takes_scales(xb.precision())) {
-    const Tensor gc = a.cast_dy(dy, nullptr);  // (B, O, OH, OW) in the backward precision
+    const Tensor gc = a.cast_dy(dy, nullptr, -1.0f);  // (B, O, OH, OW) in the backward precision
     const Precision type = cudnn_type(gc.precision());
     CudnnConvCall call;
     call.shape = cudnn_shape(g, batch, o);
@@ -186,7 +186,7 @@ void CudaOps::conv2d_backward(const Conv2dBackward& a, const ConvGeometry& g, St
     const int64_t n = std::min(chunk, batch - s0);
     Tensor dy_n = dy_cm.prefix({o, n * hw});
     nchw_to_channel_major_cuda(dy.as<float>() + s0 * o * hw, dy_n.as<float>(), n, o, hw, stream_);
-    const Tensor gc = a.cast_dy(dy_n, nullptr);  // (O, n*HW) quantized, per-tensor scale
+    const Tensor gc = a.cast_dy(dy_n, nullptr, -1.0f);  // (O, n*HW) quantized, per-tensor scale
     Tensor g_t = empty({n * hw, o}, gc.precision(), ctx.memory, layer + " gradient (transposed)");
     transpose(gc, g_t);
     if (a.dx != nullptr) {
