@@ -31,7 +31,8 @@ Optimizer::Optimizer(const OptimizerConfig& config, const std::vector<Parameter*
       v_.push_back(ops_->zeros({p->value.numel()}, Precision::FP32, memory, p->name + " optimizer state"));
   }
   for (size_t i = 0; i < params_.size(); ++i)
-    slots_.push_back({&params_[i]->value, &params_[i]->grad, &m_[i], v_.empty() ? nullptr : &v_[i], params_[i]->decay});
+    slots_.push_back(
+        {&params_[i]->value, &params_[i]->grad, &m_[i], v_.empty() ? nullptr : &v_[i], params_[i]->decay, params_[i], memory});
 }
 
 double Optimizer::lr_at(int64_t step) const {
@@ -70,6 +71,7 @@ void Optimizer::step(int64_t step, float inv_loss_scale, bool skip_nonfinite) {
   u.grad_clip = config_.grad_clip;
   u.inv_loss_scale = inv_loss_scale;
   u.skip_nonfinite = skip_nonfinite;
+  u.step = step;
   result_ = {};
   ops_->optimizer_step(slots_, u, &result_);
   settled_ = false;

@@ -111,6 +111,18 @@ Tensor cast_weight(const Tensor& w, LayerPrecision p, StepContext& ctx, const st
   return q;
 }
 
+Tensor cast_parameter(Parameter& w, LayerPrecision p, StepContext& ctx, const std::string& layer, OperandRole role) {
+  const bool int8 = layer_precision_traits(p).forward == Precision::INT8;
+  const int qmax = int8 ? int8_max_for(ops_of(ctx), role) : 0;
+  if (ctx.training) {
+    if (int8 && w.int8_rows_step == ctx.step && w.int8_rows_qmax == qmax && w.int8_rows.defined() &&
+        w.int8_rows.device() == w.value.device())
+      return w.int8_rows;  // made by the optimizer step that produced this value
+    w.int8_rows_qmax = qmax;
+  }
+  return cast_weight(w.value, p, ctx, layer, role);
+}
+
 bool cast_gradient_reads_relu_mask(LayerPrecision p, const StepContext& ctx) {
   const BackwardKind k = layer_precision_traits(p).backward;
   return k == BackwardKind::INT8 || (k == BackwardKind::SIXTEEN_BIT && ctx.sixteen_bit_native);

@@ -34,6 +34,11 @@ enum class OperandRole : uint8_t { A, B };
 
 Tensor cast_activation(const Tensor& x, LayerPrecision p, StepContext& ctx, const std::string& layer, OperandRole role);
 Tensor cast_weight(const Tensor& w, LayerPrecision p, StepContext& ctx, const std::string& layer, OperandRole role);
+// cast_weight of a layer's parameter in its forward: the per-row INT8 copy the optimizer step
+// made ahead when there is one for this training step (Parameter::int8_rows, the same bits),
+// else cast_weight of its value. A training forward also tells the optimizer what to make ahead
+// for the next step (its INT8 range, or nothing for other precisions).
+Tensor cast_parameter(Parameter& w, LayerPrecision p, StepContext& ctx, const std::string& layer, OperandRole role);
 // The output gradient is the A operand of both backward GEMMs of Linear and of Conv2d's weight
 // gradient; it is quantized as an A operand. transposed (optional): for INT8/FP8 gradients on a
 // device that wants k-contiguous operands, also the (cols, rows) transpose of dy's 2-D view,

@@ -52,7 +52,7 @@ Tensor Conv2dLayer::forward(const Tensor& x, StepContext& ctx) {
   const int64_t batch = x.dim(0);
   if (ctx.observer) ctx.observer->gemm_forward(*this, x, weight_.value);  // the image: see LayerObserver
   const Tensor xc = cast_activation(x, precision_, ctx, name(), OperandRole::B);  // (B, C, H, W)
-  const Tensor wc = cast_weight(weight_.value, precision_, ctx, name(), OperandRole::A);  // (O, CKK)
+  const Tensor wc = cast_parameter(weight_, precision_, ctx, name(), OperandRole::A);  // (O, CKK)
   Tensor y = ops.empty({batch, o_, g_.oh, g_.ow}, Precision::FP32, ctx.memory, name() + " output");
   ConvEpilogue epilogue;
   Tensor relu_mask;  // (B, O, H', W') uint8 0/1, the fused ReLU's

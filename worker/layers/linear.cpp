@@ -41,7 +41,7 @@ Tensor LinearLayer::forward(const Tensor& x_in, StepContext& ctx) {
   const Tensor x = x_in.reshape({m, in_});                        // (M, K) fp32
   if (ctx.observer) ctx.observer->gemm_forward(*this, x_in, weight_.value);
   const Tensor xc = cast_activation(x, precision_, ctx, name(), OperandRole::A);  // (M, K) forward precision
-  const Tensor wc = cast_weight(weight_.value, precision_, ctx, name(), OperandRole::B);
+  const Tensor wc = cast_parameter(weight_, precision_, ctx, name(), OperandRole::B);
   Shape y_shape = x_shape_;
   y_shape.back() = out_;
   Tensor y = ops.empty(y_shape, Precision::FP32, ctx.memory, name() + " output");  // (M, N)

@@ -106,12 +106,18 @@ struct OptimizerStepResult {
 };
 
 // One parameter of an optimizer step.
+struct Parameter;  // worker/layer.h
+
 struct OptimizerSlot {
   Tensor* value = nullptr;      // FP32 master weights, updated
   const Tensor* grad = nullptr; // FP32 gradient (scaled by the loss scale)
   Tensor* m = nullptr;          // momentum (SGD) or first moment (AdamW)
   Tensor* v = nullptr;          // second moment (AdamW), else nullptr
   bool decay = true;
+  // value's Parameter: where its forward asks for a per-row INT8 copy made ahead (int8_rows_qmax
+  // > 0), a device that can makes it from the updated rows (Parameter::int8_rows); nullptr: none.
+  Parameter* parameter = nullptr;
+  MemoryAccount* memory = nullptr;  // where such a copy is accounted
 };
 // The update rules of worker/optimizer.h (PyTorch's formulas), their values for this step.
 struct OptimizerUpdate {
@@ -124,6 +130,7 @@ struct OptimizerUpdate {
   double grad_clip = 0;   // max global L2 norm; 0: no clipping (and no norm unless skipping)
   float inv_loss_scale = 1.0f;  // gradients are multiplied by it (exact: a power of two)
   bool skip_nonfinite = false;  // loss scaling: a non-finite gradient norm skips the update
+  int64_t step = -1;  // the training step updating (copies made ahead serve the forward of step + 1)
 };
 
 // A point in an ops' timeline, for op timings (CpuOps: host seconds; CudaOps: an event).

@@ -3,10 +3,13 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 
 #include "tests/worker/gradient_check.h"
 #include "tests/worker/layers/gemm_test_support.h"
 #include "worker/layers/linear.h"
+#include "worker/optimizer.h"
+#include "worker/precision_ops.h"
 
 namespace qsync::testing {
 namespace {
@@ -156,6 +159,61 @@ TEST_P(LinearPrecision, SavedBytesShrinkAndAreReleased) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Precisions, LinearPrecision, ::testing::ValuesIn(LOW_PRECISIONS), precision_test_name);
+
+// The optimizer step makes the next forward's per-row INT8 weights in its pass over the updated
+// weights (Parameter::int8_rows): bit for bit the forward's own cast, so a layer trained that way
+// follows one whose copies never match a step (its optimizer is told another step: the same
+// learning rate, constant schedule) exactly. Only the training forward of the tagged step takes
+// the copy; any other forward casts the weights itself.
+TEST(LinearLayer, Int8WeightsMadeAheadByTheOptimizerAreTheForwardsOwnCast) {
+  for (const OptimizerKind kind : {OptimizerKind::ADAMW, OptimizerKind::SGD}) {
+    SCOPED_TRACE(optimizer_kind_name(kind));
+    std::mt19937_64 rng(3);
+    LinearLayer ahead(linear_desc("fc", {4, 37}, 19), nullptr), own(linear_desc("fc", {4, 37}, 19), nullptr);
+    ahead.init_parameters(rng);
+    const std::vector<Parameter*> pa = parameters_of(ahead), po = parameters_of(own);
+    for (size_t i = 0; i < pa.size(); ++i) std::memcpy(po[i]->value.data(), pa[i]->value.data(), size_t(pa[i]->value.bytes()));
+    set_layer_precision(ahead, LayerPrecision::INT8);
+    set_layer_precision(own, LayerPrecision::INT8);
+    OptimizerConfig config;
+    config.kind = kind;
+    config.lr = 0.05;
+    config.schedule = LrSchedule::CONSTANT;
+    Optimizer opt_ahead(config, pa, nullptr), opt_own(config, po, nullptr);
+    const Tensor x = normal_tensor({3, 4, 37}, rng), dy = normal_tensor({3, 4, 19}, rng);
+    StepContext ctx;
+    for (int64_t step = 0; step < 4; ++step) {
+      ctx.step = step;
+      ASSERT_EQ(values_of(ahead.forward(x, ctx)), values_of(own.forward(x, ctx))) << "step " << step;
+      ASSERT_EQ(values_of(ahead.backward(dy, ctx)), values_of(own.backward(dy, ctx)));
+      opt_ahead.step(step);
+      opt_own.step(step + 1000);
+      zero_grads(ahead);
+      zero_grads(own);
+      Parameter& w = *pa[0];
+      ASSERT_TRUE(w.int8_rows.defined());
+      EXPECT_EQ(w.int8_rows_step, step + 1);
+      EXPECT_GT(w.int8_rows_qmax, 0);
+      const Tensor cast = cast_weight(w.value, LayerPrecision::INT8, ctx, "fc", OperandRole::B);
+      ASSERT_EQ(0, std::memcmp(cast.data(), w.int8_rows.data(), size_t(cast.bytes())));
+      ASSERT_EQ(w.int8_rows.scale_mode, ScaleMode::PER_CHANNEL);
+      for (int64_t r = 0; r < 19; ++r) ASSERT_EQ(cast.scale_data()[r], w.int8_rows.scale_data()[r]) << "row " << r;
+      EXPECT_EQ(values_of(w.value), values_of(po[0]->value));
+    }
+    Parameter& w = *pa[0];
+    ctx.step = 4;  // the tagged step
+    EXPECT_EQ(cast_parameter(w, LayerPrecision::INT8, ctx, "fc", OperandRole::B).data(), w.int8_rows.data());
+    ctx.step = 5;
+    EXPECT_NE(cast_parameter(w, LayerPrecision::INT8, ctx, "fc", OperandRole::B).data(), w.int8_rows.data());
+    ctx.step = 4;
+    ctx.training = false;
+    EXPECT_NE(cast_parameter(w, LayerPrecision::INT8, ctx, "fc", OperandRole::B).data(), w.int8_rows.data());
+    // A training forward in another precision withdraws the request: the next update makes none.
+    ctx.training = true;
+    (void)cast_parameter(w, LayerPrecision::BF16, ctx, "fc", OperandRole::B);
+    EXPECT_EQ(w.int8_rows_qmax, 0);
+  }
+}
 
 }  // namespace
 }  // namespace qsync::testing

@@ -1,10 +1,13 @@
 // File: worker/ops/cpu/cpu_loss_optimizer.cpp
 // CpuOps: fused softmax + cross-entropy (forward and its gradient in one pass over the logits),
-// and the optimizer step (canonical global norm, clipping, SGD / AdamW updates).
+// and the optimizer step (canonical global norm, clipping, SGD / AdamW updates, and the per-row
+// INT8 weight copies a forward asks to have made ahead).
 #include <algorithm>
 #include <cmath>
 #include <vector>
 
+#include "kernels/quantize.h"
+#include "worker/layer.h"
 #include "worker/ops/cpu/cpu_kernels.h"
 #include "worker/ops/cpu_ops.h"
 
@@ -60,52 +63,78 @@ namespace {
 // Pieces of the optimizer's elementwise updates, spread over the threads.
 constexpr int64_t UPDATE_GRAIN = 1 << 14;
 
-// PyTorch's SGD with momentum (dampening 0): m = first ? g' : mom * m + g'; w -= lr * m, with
-// g' = g * factor + decay * w.
-void sgd_update(float* __restrict w, const float* __restrict g, float* __restrict m, int64_t n, float factor,
-                float decay, float lr, float mom, bool first) {
-#pragma omp parallel for schedule(static) if (n > 2 * UPDATE_GRAIN)
-  for (int64_t b = 0; b < n; b += UPDATE_GRAIN) {
-    const int64_t e = std::min(n, b + UPDATE_GRAIN);
-    if (first) {
+// PyTorch's SGD with momentum (dampening 0) over [b, e): m = first ? g' : mom * m + g';
+// w -= lr * m, with g' = g * factor + decay * w.
+void sgd_range(float* __restrict w, const float* __restrict g, float* __restrict m, int64_t b, int64_t e, float factor,
+               float decay, float lr, float mom, bool first) {
+  if (first) {
 #pragma omp simd
-      for (int64_t i = b; i < e; ++i) {
-        const float gi = g[i] * factor + decay * w[i];
-        m[i] = gi;
-        w[i] -= lr * gi;
-      }
-    } else {
+    for (int64_t i = b; i < e; ++i) {
+      const float gi = g[i] * factor + decay * w[i];
+      m[i] = gi;
+      w[i] -= lr * gi;
+    }
+  } else {
 #pragma omp simd
-      for (int64_t i = b; i < e; ++i) {
-        const float gi = g[i] * factor + decay * w[i];
-        const float mi = mom * m[i] + gi;
-        m[i] = mi;
-        w[i] -= lr * mi;
-      }
+    for (int64_t i = b; i < e; ++i) {
+      const float gi = g[i] * factor + decay * w[i];
+      const float mi = mom * m[i] + gi;
+      m[i] = mi;
+      w[i] -= lr * mi;
     }
   }
 }
 
-// PyTorch's AdamW (decoupled weight decay, bias-corrected moments).
-void adamw_update(float* __restrict w, const float* __restrict g, float* __restrict m, float* __restrict v,
-                  int64_t n, float factor, float decay, const OptimizerUpdate& u) {
+// PyTorch's AdamW (decoupled weight decay, bias-corrected moments) over [b, e).
+void adamw_range(float* __restrict w, const float* __restrict g, float* __restrict m, float* __restrict v, int64_t b,
+                 int64_t e, float factor, float decay, const OptimizerUpdate& u) {
   const float lr = u.lr, b1 = u.beta1, b2 = u.beta2, eps = u.eps;
   const float c1 = u.bias_correction1, c2 = u.bias_correction2;
-#pragma omp parallel for schedule(static) if (n > 2 * UPDATE_GRAIN)
-  for (int64_t b = 0; b < n; b += UPDATE_GRAIN) {
-    const int64_t e = std::min(n, b + UPDATE_GRAIN);
 #pragma omp simd
-    for (int64_t i = b; i < e; ++i) {
-      const float gi = g[i] * factor;
-      float wi = w[i];
-      wi -= lr * decay * wi;
-      const float mi = b1 * m[i] + (1.0f - b1) * gi;
-      const float vi = b2 * v[i] + (1.0f - b2) * gi * gi;
-      m[i] = mi;
-      v[i] = vi;
-      w[i] = wi - lr * (mi / c1) / (std::sqrt(vi / c2) + eps);
-    }
+  for (int64_t i = b; i < e; ++i) {
+    const float gi = g[i] * factor;
+    float wi = w[i];
+    wi -= lr * decay * wi;
+    const float mi = b1 * m[i] + (1.0f - b1) * gi;
+    const float vi = b2 * v[i] + (1.0f - b2) * gi * gi;
+    m[i] = mi;
+    v[i] = vi;
+    w[i] = wi - lr * (mi / c1) / (std::sqrt(vi / c2) + eps);
   }
+}
+
+// One slot's update, in pieces over the threads (elementwise: the same bits at any split).
+// Where the parameter asks for its forward's per-row INT8 copy (Parameter::int8_rows) the pieces
+// are its rows: each row updated, then its amax and its INT8 values while it is in cache, which
+// are the bits cast_weight would compute from the updated tensor (amax_rows, int8_scale_from_amax,
+// quantize_int8_rows with round to nearest even).
+template <class Update>
+void update_slot(const OptimizerSlot& s, int64_t step, Update update) {
+  const int64_t n = s.value->numel();
+  Parameter* param = s.parameter;
+  const int64_t cols = s.value->rank() == 0 ? 1 : s.value->shape().back(), rows = cols > 0 ? n / cols : 0;
+  if (param == nullptr || param->int8_rows_qmax <= 0 || rows * cols != n || n == 0) {
+#pragma omp parallel for schedule(static) if (n > 2 * UPDATE_GRAIN)
+    for (int64_t b = 0; b < n; b += UPDATE_GRAIN) update(b, std::min(n, b + UPDATE_GRAIN));
+    return;
+  }
+  const int qmax = param->int8_rows_qmax;
+  Tensor q = Tensor::empty({rows, cols}, Precision::INT8, s.memory, param->name + " (int8, made by the optimizer)");
+  std::vector<float> scales(static_cast<size_t>(rows));
+  const float* w = s.value->f32();
+  int8_t* qp = q.as<int8_t>();
+#pragma omp parallel for schedule(static) if (n > 2 * UPDATE_GRAIN)
+  for (int64_t r = 0; r < rows; ++r) {
+    update(r * cols, (r + 1) * cols);
+    // amax and quantize_int8 of one row: the row's values of amax_rows and quantize_int8_rows
+    // (one row at a time: no parallel region of their own inside this one)
+    scales[size_t(r)] = int8_scale_from_amax(amax(w + r * cols, cols), qmax);
+    quantize_int8(w + r * cols, qp + r * cols, cols, scales[size_t(r)], Rounding::NEAREST_EVEN, 0);
+  }
+  q.scale_mode = ScaleMode::PER_CHANNEL;
+  q.scales = Tensor::host_scales(scales);
+  param->int8_rows = std::move(q);
+  param->int8_rows_step = step + 1;
 }
 
 }  // namespace
@@ -132,13 +161,14 @@ void CpuOps::optimizer_step(const std::vector<OptimizerSlot>& slots, const Optim
     float* w = s.value->f32();
     const float* g = s.grad->f32();
     float* m = s.m->f32();
-    const int64_t n = s.value->numel();
     const float decay = s.decay ? wd : 0.0f;
     // Elementwise: threads and vector lanes over elements give the same bits as one loop.
     if (!u.adamw) {
-      sgd_update(w, g, m, n, factor, decay, lr, u.momentum, u.first_update);
+      update_slot(s, u.step,
+                  [&](int64_t b, int64_t e) { sgd_range(w, g, m, b, e, factor, decay, lr, u.momentum, u.first_update); });
     } else {
-      adamw_update(w, g, m, s.v->f32(), n, factor, decay, u);
+      float* v = s.v->f32();
+      update_slot(s, u.step, [&](int64_t b, int64_t e) { adamw_range(w, g, m, v, b, e, factor, decay, u); });
     }
   }
   if (result != nullptr) *result = r;
