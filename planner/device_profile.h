@@ -15,7 +15,8 @@
 //
 // Which costs include which casts (so that nothing is counted twice):
 //   * A GEMM layer's forward_seconds include its own casts: the input cast (FP32 -> its forward
-//     precision, "cast_x") and the weight cast ("cast_w"). Its backward_seconds include the
+//     precision, "cast_x") and the weight cast ("cast_w"; where the optimizer step makes the
+//     INT8 weight copy instead, the layer's share of what that adds to the step). Its backward_seconds include the
 //     output-gradient cast ("cast_dy"), the casts of the saved operands for the backward GEMMs
 //     ("cast_saved_x", "cast_saved_w", "cast_w_backward") and both backward GEMMs. This is how
 //     the worker runs: layers exchange FP32 tensors and every GEMM layer casts for itself.
@@ -25,7 +26,8 @@
 //     replayer that follows the worker adds no cast on top of the layer costs.
 //   * other_layers are FP32 costs of the non-GEMM leaves. An attention leaf's entry is its own
 //     part (scores, softmax, heads): its qkv and proj projections are GEMM layers of their own.
-//   * optimizer_seconds: one optimizer step over every parameter (precision independent).
+//   * optimizer_seconds: one optimizer step over every parameter (precision independent: the
+//     FP32 run's, making no INT8 weight copies).
 // saved_bytes of a GEMM layer is its saved input (in the forward precision); weight_bytes the
 // low-precision weight copy kept for backward (0 at fp32, where backward reads the master).
 //

@@ -210,6 +210,10 @@ CheckpointMeta checkpoint_load(const std::string& path, Model& model, Optimizer&
   }
   for (size_t i = 0; i < buffer_records.size(); ++i)
     std::memcpy(buffers[i].values->data(), bytes.data() + buffer_records[i].offset, buffers[i].values->size() * sizeof(float));
+  for (Parameter* p : model.parameters()) {  // INT8 copies made from the weights before are stale
+    p->int8_rows = Tensor();
+    p->int8_rows_step = -1;
+  }
   opt.set_updates_applied(header.updates);
   return meta;
 }

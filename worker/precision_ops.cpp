@@ -3,6 +3,7 @@
 #include "worker/precision_ops.h"
 
 #include <stdexcept>
+#include <utility>
 
 #include "worker/layers/layer_seed.h"
 
@@ -115,9 +116,11 @@ Tensor cast_parameter(Parameter& w, LayerPrecision p, StepContext& ctx, const st
   const bool int8 = layer_precision_traits(p).forward == Precision::INT8;
   const int qmax = int8 ? int8_max_for(ops_of(ctx), role) : 0;
   if (ctx.training) {
-    if (int8 && w.int8_rows_step == ctx.step && w.int8_rows_qmax == qmax && w.int8_rows.defined() &&
-        w.int8_rows.device() == w.value.device())
-      return w.int8_rows;  // made by the optimizer step that produced this value
+    // Taken (moved out: the layer holds it for its backward, then it is freed) or dropped.
+    Tensor ahead = std::exchange(w.int8_rows, Tensor());
+    if (int8 && w.int8_rows_step == ctx.step && w.int8_rows_qmax == qmax && ahead.defined() &&
+        ahead.numel() == w.value.numel() && ahead.device() == w.value.device())
+      return ahead;  // made by the optimizer step that produced this value
     w.int8_rows_qmax = qmax;
   }
   return cast_weight(w.value, p, ctx, layer, role);

@@ -114,6 +114,37 @@ int64_t weight_numel(const Model& model, const std::string& layer) {
   throw std::logic_error("profile: GEMM layer '" + layer + "' has no parameter '" + layer + ".weight'");
 }
 
+// One precision's measurements.
+struct PrecisionRun {
+  LayerPrecision mode;
+  OpStepSamples timer;
+  std::map<std::string, int64_t> saved;
+  std::vector<double> optimizer_seconds;
+  bool made_int8_rows = false;  // the optimizer made the forwards' INT8 weight copies
+};
+
+// The optimizer's own cost is what it takes where it makes no INT8 weight copies (the FP32 run).
+// Where a run's optimizer made its layers' copies (Parameter::int8_rows), what that added is the
+// layers' cost, the weight casts their forwards no longer run: spread over those forwards by
+// weight count, so a plan pays for it by its INT8 layers, as it did before the copies moved.
+void charge_int8_copies_to_layers(DeviceProfile& p, const ModelDesc& desc, const Model& model,
+                                  const std::vector<PrecisionRun>& runs) {
+  double base = -1;
+  for (const PrecisionRun& run : runs)
+    if (run.mode == LayerPrecision::FP32 && !run.optimizer_seconds.empty()) base = median_of(run.optimizer_seconds);
+  if (base < 0) return;  // no FP32 run: the median of every run stands
+  p.optimizer_seconds = base;
+  for (const PrecisionRun& run : runs) {
+    if (!run.made_int8_rows || run.optimizer_seconds.empty()) continue;
+    const double extra = std::max(0.0, median_of(run.optimizer_seconds) - base);
+    int64_t total = 0;
+    for (const LayerDesc* l : model_gemm_layers(desc)) total += weight_numel(model, l->name);
+    for (const LayerDesc* l : model_gemm_layers(desc))
+      if (total > 0)
+        p.gemm_layers[l->name][run.mode].forward_seconds += extra * double(weight_numel(model, l->name)) / double(total);
+  }
+}
+
 // The cast sizes: 8 sizes from 4K to 4M elements, geometric, multiples of 1024.
 std::vector<int64_t> cast_sizes() {
   std::vector<int64_t> out;
@@ -277,11 +308,6 @@ DeviceProfile profile_run(const ProfileConfig& c) {
   };
   // The precisions to measure, each with its own samples. Rounds cycle through them so that a
   // slow phase of a shared machine (seconds long) lands on every precision alike.
-  struct PrecisionRun {
-    LayerPrecision mode;
-    OpStepSamples timer;
-    std::map<std::string, int64_t> saved;
-  };
   std::vector<PrecisionRun> runs;
   for (const LayerPrecisionTraits& t : layer_precision_table()) {
     const SupportLevel level = level_of(t.forward);
@@ -290,7 +316,7 @@ DeviceProfile profile_run(const ProfileConfig& c) {
       continue;
     }
     if (level == SupportLevel::EMULATED) emulated += std::string(emulated.empty() ? "" : ", ") + t.name;
-    runs.push_back({t.mode, {}, {}});
+    runs.push_back({t.mode, {}, {}, {}, false});
   }
   std::unique_ptr<GradientSync> sync;
   size_t turns = runs.size();  // precision turns per round: in a world, the most any rank has
@@ -319,6 +345,7 @@ DeviceProfile profile_run(const ProfileConfig& c) {
         };
         const StepOutcome out = step_runner.run(ctx, divisor);  // the sync's wait is not this class's cost
         if (s > 0) optimizer_seconds.push_back(out.optimizer_seconds);
+        if (s > 0) run.optimizer_seconds.push_back(out.optimizer_seconds);
         if (s > 0 && run.mode == LayerPrecision::FP32) fp32_step_seconds.push_back(out.compute_seconds + out.optimizer_seconds);
         if (coll) {  // the step's stats all-reduce, as training ends a step
           double stats[4] = {out.loss_sum, 0, 0, 0};
@@ -328,6 +355,7 @@ DeviceProfile profile_run(const ProfileConfig& c) {
         else run.timer.end_step();
       }
       ctx.timer = nullptr;
+      for (const Parameter* q : model.parameters()) run.made_int8_rows = run.made_int8_rows || q->int8_rows.defined();
       if (run.mode == LayerPrecision::FP32) fp32_peak_bytes = std::max(fp32_peak_bytes, memory.peak_bytes());
     }
   for (PrecisionRun& run : runs) {
@@ -361,6 +389,7 @@ DeviceProfile profile_run(const ProfileConfig& c) {
   }
   profile_fit_casts(p, ctx);
   p.optimizer_seconds = median_of(optimizer_seconds);
+  charge_int8_copies_to_layers(p, desc, model, runs);
   for (const Parameter* q : model.parameters()) p.static_bytes += q->value.bytes() + q->grad.bytes();
   for (const Tensor* s : opt.state()) p.static_bytes += s->bytes();
   // The step residual: a whole FP32 step as measured minus what the replayer predicts from the

@@ -1,5 +1,5 @@
 // File: kernels/cpu/simd_dispatch.h
-// What the vectorized CPU kernels of kernels/cpu share (internal to this folder): the function
+// What the vectorized CPU kernels share (kernels/cpu, and worker/ops/cpu's GELU): the function
 // target attributes of each ISA path, the path cpu_isa_active() selects, the tail mask of a
 // 16-lane AVX-512 loop, and the chunking that runs a large elementwise buffer in parallel.
 //

@@ -105,9 +105,9 @@ struct OptimizerStepResult {
   bool skipped = false;  // a non-finite gradient skipped the update (loss scaling)
 };
 
-// One parameter of an optimizer step.
 struct Parameter;  // worker/layer.h
 
+// One parameter of an optimizer step.
 struct OptimizerSlot {
   Tensor* value = nullptr;      // FP32 master weights, updated
   const Tensor* grad = nullptr; // FP32 gradient (scaled by the loss scale)

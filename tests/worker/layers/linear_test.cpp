@@ -201,13 +201,20 @@ TEST(LinearLayer, Int8WeightsMadeAheadByTheOptimizerAreTheForwardsOwnCast) {
       EXPECT_EQ(values_of(w.value), values_of(po[0]->value));
     }
     Parameter& w = *pa[0];
-    ctx.step = 4;  // the tagged step
-    EXPECT_EQ(cast_parameter(w, LayerPrecision::INT8, ctx, "fc", OperandRole::B).data(), w.int8_rows.data());
-    ctx.step = 5;
-    EXPECT_NE(cast_parameter(w, LayerPrecision::INT8, ctx, "fc", OperandRole::B).data(), w.int8_rows.data());
-    ctx.step = 4;
+    const void* made = w.int8_rows.data();
+    ctx.step = 4;  // the tagged step, but evaluation: it casts for itself and leaves the copy
     ctx.training = false;
-    EXPECT_NE(cast_parameter(w, LayerPrecision::INT8, ctx, "fc", OperandRole::B).data(), w.int8_rows.data());
+    EXPECT_NE(cast_parameter(w, LayerPrecision::INT8, ctx, "fc", OperandRole::B).data(), made);
+    EXPECT_EQ(w.int8_rows.data(), made);
+    ctx.training = true;  // the training forward of the tagged step takes it
+    const Tensor taken = cast_parameter(w, LayerPrecision::INT8, ctx, "fc", OperandRole::B);
+    EXPECT_EQ(taken.data(), made);
+    EXPECT_FALSE(w.int8_rows.defined());
+    opt_ahead.step(4);  // (zero gradients) a copy for step 5, which a forward at step 6 drops
+    ASSERT_TRUE(w.int8_rows.defined());
+    ctx.step = 6;
+    (void)cast_parameter(w, LayerPrecision::INT8, ctx, "fc", OperandRole::B);
+    EXPECT_FALSE(w.int8_rows.defined());
     // A training forward in another precision withdraws the request: the next update makes none.
     ctx.training = true;
     (void)cast_parameter(w, LayerPrecision::BF16, ctx, "fc", OperandRole::B);

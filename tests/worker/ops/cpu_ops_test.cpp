@@ -130,9 +130,13 @@ TEST(CpuOps, GeluVectorMatchesItsReferenceBitExact) {
                   std::numeric_limits<float>::quiet_NaN()})
     v.push_back(s);
   const int64_t total = int64_t(v.size());
+  struct IsaCap {  // caps the ISA for one scope; the default cap (none: AMX) comes back after
+    explicit IsaCap(CpuIsa isa) { cpu_isa_set_cap(isa); }
+    ~IsaCap() { cpu_isa_set_cap(CpuIsa::AMX); }
+  };
   for (CpuIsa isa : {CpuIsa::SCALAR, CpuIsa::AVX2, CpuIsa::AVX512}) {
     if (cpu_isa_detected() < isa) continue;
-    cpu_isa_set_cap(isa);
+    IsaCap cap(isa);
     for (int64_t n : {int64_t{1}, int64_t{15}, int64_t{17}, total}) {
       SCOPED_TRACE(std::string(cpu_isa_name(isa)) + " n = " + std::to_string(n));
       const float* x = v.data() + (total - n);  // the special values are at the end
@@ -146,7 +150,6 @@ TEST(CpuOps, GeluVectorMatchesItsReferenceBitExact) {
       ASSERT_EQ(0, std::memcmp(in_place.data(), y_ref.data(), size_t(n) * sizeof(float)));
     }
   }
-  cpu_isa_set_cap(CpuIsa::AMX);
   // The tails: Phi flushed past |x| = 13, the derivative there Phi itself.
   float y = 0, d = 0;
   const float minus_big = -20.0f, plus_big = 20.0f;

@@ -103,23 +103,32 @@ void adamw_range(float* __restrict w, const float* __restrict g, float* __restri
   }
 }
 
+// The (rows, cols) INT8 tensor for the copy a slot's parameter asks the update to make
+// (Parameter::int8_rows), or undefined. Allocated for every slot before any is updated, so that a
+// memory budget error leaves no step half applied.
+Tensor int8_rows_copy_for(const OptimizerSlot& s) {
+  const Parameter* param = s.parameter;
+  const int64_t n = s.value->numel(), cols = s.value->rank() == 0 ? 1 : s.value->shape().back();
+  if (param == nullptr || param->int8_rows_qmax <= 0 || n == 0 || cols == 0) return Tensor();
+  return Tensor::empty({n / cols, cols}, Precision::INT8, s.memory, param->name + " (int8, made by the optimizer)");
+}
+
 // One slot's update, in pieces over the threads (elementwise: the same bits at any split).
-// Where the parameter asks for its forward's per-row INT8 copy (Parameter::int8_rows) the pieces
-// are its rows: each row updated, then its amax and its INT8 values while it is in cache, which
-// are the bits cast_weight would compute from the updated tensor (amax_rows, int8_scale_from_amax,
-// quantize_int8_rows with round to nearest even).
+// With a copy to make (int8_rows_copy_for) the pieces are the rows: each row updated, then its
+// amax and its INT8 values while it is in cache, which are the bits cast_weight would compute
+// from the updated tensor (amax_rows, int8_scale_from_amax, quantize_int8_rows with round to
+// nearest even).
 template <class Update>
-void update_slot(const OptimizerSlot& s, int64_t step, Update update) {
+void update_slot(const OptimizerSlot& s, Tensor q, int64_t step, Update update) {
   const int64_t n = s.value->numel();
-  Parameter* param = s.parameter;
-  const int64_t cols = s.value->rank() == 0 ? 1 : s.value->shape().back(), rows = cols > 0 ? n / cols : 0;
-  if (param == nullptr || param->int8_rows_qmax <= 0 || rows * cols != n || n == 0) {
+  if (!q.defined()) {
 #pragma omp parallel for schedule(static) if (n > 2 * UPDATE_GRAIN)
     for (int64_t b = 0; b < n; b += UPDATE_GRAIN) update(b, std::min(n, b + UPDATE_GRAIN));
     return;
   }
+  Parameter* param = s.parameter;
   const int qmax = param->int8_rows_qmax;
-  Tensor q = Tensor::empty({rows, cols}, Precision::INT8, s.memory, param->name + " (int8, made by the optimizer)");
+  const int64_t rows = q.dim(0), cols = q.dim(1);
   std::vector<float> scales(static_cast<size_t>(rows));
   const float* w = s.value->f32();
   int8_t* qp = q.as<int8_t>();
@@ -127,7 +136,7 @@ void update_slot(const OptimizerSlot& s, int64_t step, Update update) {
   for (int64_t r = 0; r < rows; ++r) {
     update(r * cols, (r + 1) * cols);
     // amax and quantize_int8 of one row: the row's values of amax_rows and quantize_int8_rows
-    // (one row at a time: no parallel region of their own inside this one)
+    // (below 2^16 columns these run no parallel region of their own; above, theirs nest inactive)
     scales[size_t(r)] = int8_scale_from_amax(amax(w + r * cols, cols), qmax);
     quantize_int8(w + r * cols, qp + r * cols, cols, scales[size_t(r)], Rounding::NEAREST_EVEN, 0);
   }
@@ -157,18 +166,22 @@ void CpuOps::optimizer_step(const std::vector<OptimizerSlot>& slots, const Optim
   const float clip = u.grad_clip > 0 && norm > u.grad_clip ? float(u.grad_clip / (norm + 1e-6)) : 1.0f;
   const float factor = clip * u.inv_loss_scale;  // exact: the loss scale is a power of two
   const float lr = u.lr, wd = u.weight_decay;
-  for (const OptimizerSlot& s : slots) {
+  std::vector<Tensor> copies;
+  for (const OptimizerSlot& s : slots) copies.push_back(int8_rows_copy_for(s));
+  for (size_t k = 0; k < slots.size(); ++k) {
+    const OptimizerSlot& s = slots[k];
     float* w = s.value->f32();
     const float* g = s.grad->f32();
     float* m = s.m->f32();
     const float decay = s.decay ? wd : 0.0f;
     // Elementwise: threads and vector lanes over elements give the same bits as one loop.
     if (!u.adamw) {
-      update_slot(s, u.step,
+      update_slot(s, std::move(copies[k]), u.step,
                   [&](int64_t b, int64_t e) { sgd_range(w, g, m, b, e, factor, decay, lr, u.momentum, u.first_update); });
     } else {
       float* v = s.v->f32();
-      update_slot(s, u.step, [&](int64_t b, int64_t e) { adamw_range(w, g, m, v, b, e, factor, decay, u); });
+      update_slot(s, std::move(copies[k]), u.step,
+                  [&](int64_t b, int64_t e) { adamw_range(w, g, m, v, b, e, factor, decay, u); });
     }
   }
   if (result != nullptr) *result = r;
