@@ -104,8 +104,9 @@ void adamw_range(float* __restrict w, const float* __restrict g, float* __restri
 }
 
 // The (rows, cols) INT8 tensor for the copy a slot's parameter asks the update to make
-// (Parameter::int8_rows), or undefined. Allocated for every slot before any is updated, so that a
-// memory budget error leaves no step half applied.
+// (Parameter::int8_rows), or undefined. Allocated just before its slot's update, as the forward's
+// own cast was just before its GEMM (the heap sees the same pattern step after step); a memory
+// budget error there ends the run, as anywhere in a step.
 Tensor int8_rows_copy_for(const OptimizerSlot& s) {
   const Parameter* param = s.parameter;
   const int64_t n = s.value->numel(), cols = s.value->rank() == 0 ? 1 : s.value->shape().back();
@@ -166,21 +167,18 @@ void CpuOps::optimizer_step(const std::vector<OptimizerSlot>& slots, const Optim
   const float clip = u.grad_clip > 0 && norm > u.grad_clip ? float(u.grad_clip / (norm + 1e-6)) : 1.0f;
   const float factor = clip * u.inv_loss_scale;  // exact: the loss scale is a power of two
   const float lr = u.lr, wd = u.weight_decay;
-  std::vector<Tensor> copies;
-  for (const OptimizerSlot& s : slots) copies.push_back(int8_rows_copy_for(s));
-  for (size_t k = 0; k < slots.size(); ++k) {
-    const OptimizerSlot& s = slots[k];
+  for (const OptimizerSlot& s : slots) {
     float* w = s.value->f32();
     const float* g = s.grad->f32();
     float* m = s.m->f32();
     const float decay = s.decay ? wd : 0.0f;
     // Elementwise: threads and vector lanes over elements give the same bits as one loop.
     if (!u.adamw) {
-      update_slot(s, std::move(copies[k]), u.step,
+      update_slot(s, int8_rows_copy_for(s), u.step,
                   [&](int64_t b, int64_t e) { sgd_range(w, g, m, b, e, factor, decay, lr, u.momentum, u.first_update); });
     } else {
       float* v = s.v->f32();
-      update_slot(s, std::move(copies[k]), u.step,
+      update_slot(s, int8_rows_copy_for(s), u.step,
                   [&](int64_t b, int64_t e) { adamw_range(w, g, m, v, b, e, factor, decay, u); });
     }
   }
