@@ -23,11 +23,13 @@ struct Parameter {
   Tensor grad;       // FP32, accumulated by backward, zeroed by the optimizer step
   bool decay = true; // weight decay applies (not to biases and norm gains)
   // The forward's per-row INT8 copy of value made ahead, in the optimizer step's pass over value
-  // (where the device does: CpuOps), so the next forward does not read the weights again to cast
-  // them (worker/precision_ops.h, cast_parameter). int8_rows_qmax > 0 asks for it (the layer's
-  // training forward sets it: its INT8 range, 0 when it casts otherwise); int8_rows_step is the
-  // one training step whose forward may take it (the updating step + 1). A forward at any other
-  // step casts value itself, so a copy never outlives the update it was made from.
+  // (where the device does: DeviceOps::optimizer_makes_int8_rows), so the next forward does not
+  // read the weights again to cast them (worker/precision_ops.h, cast_parameter).
+  // int8_rows_qmax > 0 asks for it (the layer's training forward sets it: its INT8 range, 0 when
+  // it casts otherwise); int8_rows_step is the one training step whose forward may take it (the
+  // updating step + 1). A forward at any other step casts value itself, and its cast becomes the
+  // buffer (step -1: for no forward) that the optimizer rewrites in place once the layer's
+  // backward has let go of it: one buffer per weight, accounted like the optimizer's state.
   int int8_rows_qmax = 0;
   Tensor int8_rows;  // (rows, cols) INT8, per-row scales; undefined until made
   int64_t int8_rows_step = -1;

@@ -113,17 +113,20 @@ Tensor cast_weight(const Tensor& w, LayerPrecision p, StepContext& ctx, const st
 }
 
 Tensor cast_parameter(Parameter& w, LayerPrecision p, StepContext& ctx, const std::string& layer, OperandRole role) {
-  const bool int8 = layer_precision_traits(p).forward == Precision::INT8;
-  const int qmax = int8 ? int8_max_for(ops_of(ctx), role) : 0;
-  if (ctx.training) {
-    // Taken (moved out: the layer holds it for its backward, then it is freed) or dropped.
-    Tensor ahead = std::exchange(w.int8_rows, Tensor());
-    if (int8 && w.int8_rows_step == ctx.step && w.int8_rows_qmax == qmax && ahead.defined() &&
-        ahead.numel() == w.value.numel() && ahead.device() == w.value.device())
-      return ahead;  // made by the optimizer step that produced this value
-    w.int8_rows_qmax = qmax;
-  }
-  return cast_weight(w.value, p, ctx, layer, role);
+  DeviceOps& ops = ops_of(ctx);
+  const bool ahead = ctx.training && ops.optimizer_makes_int8_rows() && layer_precision_traits(p).forward == Precision::INT8;
+  const int qmax = ahead ? int8_max_for(ops, role) : 0;
+  if (!ctx.training) return cast_weight(w.value, p, ctx, layer, role);
+  if (ahead && w.int8_rows_step == ctx.step && w.int8_rows_qmax == qmax && w.int8_rows.defined() &&
+      w.int8_rows.numel() == w.value.numel() && w.int8_rows.device() == w.value.device())
+    return w.int8_rows;  // made by the optimizer step that produced this value (it rewrites it next)
+  w.int8_rows_qmax = qmax;
+  w.int8_rows_step = -1;
+  // The cast made here becomes the buffer the optimizer rewrites in place from now on (no
+  // allocation in the steady state); for other precisions and devices nothing is kept.
+  Tensor c = cast_weight(w.value, p, ctx, layer, role);
+  w.int8_rows = ahead ? c : Tensor();
+  return c;
 }
 
 bool cast_gradient_reads_relu_mask(LayerPrecision p, const StepContext& ctx) {

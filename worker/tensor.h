@@ -79,6 +79,8 @@ class Tensor {
   static Tensor zeros(const Shape& shape, Precision p, MemoryAccount* account, const std::string& what = "tensor");
 
   bool defined() const { return storage_ != nullptr; }
+  // No other tensor shares this buffer: it may be rewritten in place.
+  bool sole_owner() const { return storage_ != nullptr && storage_.use_count() == 1; }
   const Shape& shape() const { return shape_; }
   int64_t dim(size_t i) const { return shape_.at(i); }
   size_t rank() const { return shape_.size(); }

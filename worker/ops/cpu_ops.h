@@ -65,6 +65,7 @@ class CpuOps final : public DeviceOps {
   void conv2d_backward(const Conv2dBackward& a, const ConvGeometry& g, StepContext& ctx,
                        const std::string& layer) override;
   bool conv_backward_reads_relu_mask() const override { return true; }
+  bool optimizer_makes_int8_rows() const override { return true; }
 
   void softmax_xent(const Tensor& logits, const Tensor& targets, float loss_divisor, float grad_scale,
                     Tensor& dlogits, XentSums* sums) override;

@@ -274,6 +274,9 @@ class DeviceOps {
   // Clipping (global norm in double, slots in order), then the update of every slot.
   virtual void optimizer_step(const std::vector<OptimizerSlot>& slots, const OptimizerUpdate& u,
                               OptimizerStepResult* result) = 0;
+  // Whether optimizer_step rewrites a slot's Parameter::int8_rows in its pass over the updated
+  // rows (OptimizerSlot::parameter), so the next forward need not cast the weights.
+  virtual bool optimizer_makes_int8_rows() const { return false; }
 };
 
 // The host implementation (one per process; stateless).

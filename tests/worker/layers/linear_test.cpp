@@ -207,14 +207,20 @@ TEST(LinearLayer, Int8WeightsMadeAheadByTheOptimizerAreTheForwardsOwnCast) {
     EXPECT_NE(cast_parameter(w, LayerPrecision::INT8, ctx, "fc", OperandRole::B).data(), made);
     EXPECT_EQ(w.int8_rows.data(), made);
     ctx.training = true;  // the training forward of the tagged step takes it
-    const Tensor taken = cast_parameter(w, LayerPrecision::INT8, ctx, "fc", OperandRole::B);
-    EXPECT_EQ(taken.data(), made);
-    EXPECT_FALSE(w.int8_rows.defined());
-    opt_ahead.step(4);  // (zero gradients) a copy for step 5, which a forward at step 6 drops
-    ASSERT_TRUE(w.int8_rows.defined());
-    ctx.step = 6;
-    (void)cast_parameter(w, LayerPrecision::INT8, ctx, "fc", OperandRole::B);
-    EXPECT_FALSE(w.int8_rows.defined());
+    {
+      const Tensor taken = cast_parameter(w, LayerPrecision::INT8, ctx, "fc", OperandRole::B);
+      EXPECT_EQ(taken.data(), made);
+      opt_ahead.step(4);  // (zero gradients) the taken copy is still held: a new one for step 5
+      EXPECT_NE(w.int8_rows.data(), made);
+    }
+    const void* held = w.int8_rows.data();
+    opt_ahead.step(5);  // nobody holds the copy for step 5 any more: rewritten in place for step 6
+    EXPECT_EQ(w.int8_rows.data(), held);
+    EXPECT_EQ(w.int8_rows_step, 6);
+    ctx.step = 7;  // a training forward at another step casts for itself: its cast is the new buffer
+    const Tensor own_cast = cast_parameter(w, LayerPrecision::INT8, ctx, "fc", OperandRole::B);
+    EXPECT_EQ(w.int8_rows.data(), own_cast.data());
+    EXPECT_EQ(w.int8_rows_step, -1);  // not for any step until an update rewrites it
     // A training forward in another precision withdraws the request: the next update makes none.
     ctx.training = true;
     (void)cast_parameter(w, LayerPrecision::BF16, ctx, "fc", OperandRole::B);

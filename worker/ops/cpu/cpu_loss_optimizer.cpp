@@ -104,13 +104,15 @@ void adamw_range(float* __restrict w, const float* __restrict g, float* __restri
 }
 
 // The (rows, cols) INT8 tensor for the copy a slot's parameter asks the update to make
-// (Parameter::int8_rows), or undefined. Allocated just before its slot's update, as the forward's
-// own cast was just before its GEMM (the heap sees the same pattern step after step); a memory
-// budget error there ends the run, as anywhere in a step.
+// (Parameter::int8_rows), or undefined: the previous copy, rewritten in place once its layer's
+// backward has let go of it (no allocation in the steady state), else a new one.
 Tensor int8_rows_copy_for(const OptimizerSlot& s) {
   const Parameter* param = s.parameter;
   const int64_t n = s.value->numel(), cols = s.value->rank() == 0 ? 1 : s.value->shape().back();
   if (param == nullptr || param->int8_rows_qmax <= 0 || n == 0 || cols == 0) return Tensor();
+  const Tensor& last = param->int8_rows;
+  if (last.sole_owner() && last.on_host() && last.rank() == 2 && last.dim(0) == n / cols && last.dim(1) == cols)
+    return last;
   return Tensor::empty({n / cols, cols}, Precision::INT8, s.memory, param->name + " (int8, made by the optimizer)");
 }
 
