@@ -3,7 +3,6 @@
 #include "worker/precision_ops.h"
 
 #include <stdexcept>
-#include <utility>
 
 #include "worker/layers/layer_seed.h"
 
@@ -113,12 +112,12 @@ Tensor cast_weight(const Tensor& w, LayerPrecision p, StepContext& ctx, const st
 }
 
 Tensor cast_parameter(Parameter& w, LayerPrecision p, StepContext& ctx, const std::string& layer, OperandRole role) {
-  DeviceOps& ops = ops_of(ctx);
-  const bool ahead = ctx.training && ops.optimizer_makes_int8_rows() && layer_precision_traits(p).forward == Precision::INT8;
-  const int qmax = ahead ? int8_max_for(ops, role) : 0;
   if (!ctx.training) return cast_weight(w.value, p, ctx, layer, role);
+  DeviceOps& ops = ops_of(ctx);
+  const bool ahead = ops.optimizer_makes_int8_rows() && layer_precision_traits(p).forward == Precision::INT8;
+  const int qmax = ahead ? int8_max_for(ops, role) : 0;
   if (ahead && w.int8_rows_step == ctx.step && w.int8_rows_qmax == qmax && w.int8_rows.defined() &&
-      w.int8_rows.numel() == w.value.numel() && w.int8_rows.device() == w.value.device())
+      w.int8_rows.shape() == w.value.shape())
     return w.int8_rows;  // made by the optimizer step that produced this value (it rewrites it next)
   w.int8_rows_qmax = qmax;
   w.int8_rows_step = -1;

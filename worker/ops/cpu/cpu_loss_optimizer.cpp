@@ -103,17 +103,15 @@ void adamw_range(float* __restrict w, const float* __restrict g, float* __restri
   }
 }
 
-// The (rows, cols) INT8 tensor for the copy a slot's parameter asks the update to make
+// The (rows, cols) INT8 tensor (value's 2-D shape) for the copy a slot's parameter asks the update to make
 // (Parameter::int8_rows), or undefined: the previous copy, rewritten in place once its layer's
 // backward has let go of it (no allocation in the steady state), else a new one.
 Tensor int8_rows_copy_for(const OptimizerSlot& s) {
   const Parameter* param = s.parameter;
-  const int64_t n = s.value->numel(), cols = s.value->rank() == 0 ? 1 : s.value->shape().back();
-  if (param == nullptr || param->int8_rows_qmax <= 0 || n == 0 || cols == 0) return Tensor();
-  const Tensor& last = param->int8_rows;
-  if (last.sole_owner() && last.on_host() && last.rank() == 2 && last.dim(0) == n / cols && last.dim(1) == cols)
-    return last;
-  return Tensor::empty({n / cols, cols}, Precision::INT8, s.memory, param->name + " (int8, made by the optimizer)");
+  if (param == nullptr || param->int8_rows_qmax <= 0 || s.value->rank() != 2 || s.value->numel() == 0) return Tensor();
+  const Tensor& last = param->int8_rows;  // the forward's own cast: value's shape
+  if (last.sole_owner() && last.on_host() && last.shape() == s.value->shape()) return last;
+  return Tensor::empty(s.value->shape(), Precision::INT8, s.memory, param->name + " (int8, made by the optimizer)");
 }
 
 // One slot's update, in pieces over the threads (elementwise: the same bits at any split).
