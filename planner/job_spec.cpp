@@ -123,6 +123,29 @@ json pool_entry_json(const PoolEntry& p, bool inference) {
   return out;
 }
 
+// The offset of the first byte that does not belong to well-formed UTF-8 (npos: none).
+size_t first_invalid_utf8(const std::string& text) {
+  const auto* p = reinterpret_cast<const unsigned char*>(text.data());
+  const size_t n = text.size();
+  for (size_t i = 0; i < n;) {
+    const unsigned c = p[i];
+    size_t len = 0;
+    unsigned lo = 0x80, hi = 0xBF;  // the allowed range of the second byte
+    if (c < 0x80) len = 1;
+    else if (c >= 0xC2 && c <= 0xDF) len = 2;
+    else if (c >= 0xE0 && c <= 0xEF) len = 3, lo = c == 0xE0 ? 0xA0 : 0x80, hi = c == 0xED ? 0x9F : 0xBF;
+    else if (c >= 0xF0 && c <= 0xF4) len = 4, lo = c == 0xF0 ? 0x90 : 0x80, hi = c == 0xF4 ? 0x8F : 0xBF;
+    else return i;
+    if (i + len > n) return i;
+    for (size_t k = 1; k < len; ++k) {
+      const unsigned b = p[i + k];
+      if (k == 1 ? (b < lo || b > hi) : (b < 0x80 || b > 0xBF)) return i;
+    }
+    i += len;
+  }
+  return std::string::npos;
+}
+
 // YAML 1.2 core schema scalars: what a plain (unquoted) scalar reads as.
 json yaml_scalar(const YAML::Node& n) {
   const std::string& v = n.Scalar();
@@ -142,10 +165,18 @@ json yaml_scalar(const YAML::Node& n) {
   return v;
 }
 
+// A scalar (a map key too) as yaml-cpp read it must be UTF-8 as well: the file's bytes are checked
+// before parsing, but yaml-cpp can read a scalar holding a NUL byte into bytes that are not.
+void require_utf8_scalar(const YAML::Node& n, const std::string& s) {
+  if (first_invalid_utf8(s) != std::string::npos)
+    throw std::invalid_argument("a value at line " + std::to_string(n.Mark().line + 1) +
+                                " is not valid UTF-8 as YAML reads it: remove the control characters (NUL) there");
+}
+
 json yaml_node_to_json(const YAML::Node& n) {
   switch (n.Type()) {
     case YAML::NodeType::Null: return nullptr;
-    case YAML::NodeType::Scalar: return yaml_scalar(n);
+    case YAML::NodeType::Scalar: require_utf8_scalar(n, n.Scalar()); return yaml_scalar(n);
     case YAML::NodeType::Sequence: {
       json out = json::array();
       for (const YAML::Node& item : n) out.push_back(yaml_node_to_json(item));
@@ -153,7 +184,11 @@ json yaml_node_to_json(const YAML::Node& n) {
     }
     case YAML::NodeType::Map: {
       json out = json::object();
-      for (const auto& kv : n) out[kv.first.as<std::string>()] = yaml_node_to_json(kv.second);
+      for (const auto& kv : n) {
+        const std::string key = kv.first.as<std::string>();
+        require_utf8_scalar(kv.first, key);
+        out[key] = yaml_node_to_json(kv.second);
+      }
       return out;
     }
     case YAML::NodeType::Undefined: break;
@@ -400,32 +435,6 @@ std::string JobFile::model_reference() const {
   return spec.model.zoo.empty() ? resolve(spec.model.name_or_file()) : spec.model.zoo;
 }
 
-namespace {
-
-// The offset of the first byte that does not belong to well-formed UTF-8 (npos: none).
-size_t first_invalid_utf8(const std::string& text) {
-  const auto* p = reinterpret_cast<const unsigned char*>(text.data());
-  const size_t n = text.size();
-  for (size_t i = 0; i < n;) {
-    const unsigned c = p[i];
-    size_t len = 0;
-    unsigned lo = 0x80, hi = 0xBF;  // the allowed range of the second byte
-    if (c < 0x80) len = 1;
-    else if (c >= 0xC2 && c <= 0xDF) len = 2;
-    else if (c >= 0xE0 && c <= 0xEF) len = 3, lo = c == 0xE0 ? 0xA0 : 0x80, hi = c == 0xED ? 0x9F : 0xBF;
-    else if (c >= 0xF0 && c <= 0xF4) len = 4, lo = c == 0xF0 ? 0x90 : 0x80, hi = c == 0xF4 ? 0x8F : 0xBF;
-    else return i;
-    if (i + len > n) return i;
-    for (size_t k = 1; k < len; ++k) {
-      const unsigned b = p[i + k];
-      if (k == 1 ? (b < lo || b > hi) : (b < 0x80 || b > 0xBF)) return i;
-    }
-    i += len;
-  }
-  return std::string::npos;
-}
-
-}  // namespace
 
 json job_yaml_to_json(const std::string& text) {
   // yaml-cpp passes any bytes through; JSON strings must be UTF-8 (nlohmann's dump of an error
