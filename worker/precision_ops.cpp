@@ -133,6 +133,14 @@ bool cast_gradient_reads_relu_mask(LayerPrecision p, const StepContext& ctx) {
   return k == BackwardKind::INT8 || (k == BackwardKind::SIXTEEN_BIT && ctx.sixteen_bit_native);
 }
 
+Precision gradient_conversion(LayerPrecision p, const StepContext& ctx) {
+  const LayerPrecisionTraits& t = layer_precision_traits(p);
+  if (t.forward == Precision::FP32 || t.forward == Precision::TF32) return Precision::FP32;
+  if (t.backward == BackwardKind::SAME_AS_FORWARD) return t.forward;  // to_sixteen_bit
+  if (t.backward == BackwardKind::SIXTEEN_BIT && ctx.sixteen_bit_native) return ctx.sixteen_bit;
+  return Precision::FP32;
+}
+
 Tensor cast_gradient(const Tensor& dy, LayerPrecision p, StepContext& ctx, const std::string& layer, Tensor* transposed,
                      const Tensor* relu_mask, float known_amax) {
   const LayerPrecisionTraits& t = layer_precision_traits(p);

@@ -51,6 +51,10 @@ Tensor cast_gradient(const Tensor& dy, LayerPrecision p, StepContext& ctx, const
 // Whether cast_gradient reads a ReLU mask on the fly for this precision (INT8 gradients, the
 // native 16-bit backward of int8) rather than masking into a copy first.
 bool cast_gradient_reads_relu_mask(LayerPrecision p, const StepContext& ctx);
+// The 16-bit format (BF16 or FP16) when cast_gradient's result is a plain conversion of the
+// (masked) gradient to it, the bits of convert(); FP32 when the cast is anything else (none,
+// quantized, emulated 16-bit in FP32). A device may then convert in a pass of its own over dy.
+Precision gradient_conversion(LayerPrecision p, const StepContext& ctx);
 Tensor backward_operand(const Tensor& saved, LayerPrecision p, StepContext& ctx, const std::string& layer);
 Tensor backward_weight(const Tensor& saved_w, const Tensor& master_w, LayerPrecision p, StepContext& ctx,
                        const std::string& layer, OperandRole role);

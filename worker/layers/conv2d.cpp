@@ -92,6 +92,7 @@ Tensor Conv2dLayer::backward(const Tensor& dy, StepContext& ctx) {
   a.cast_dy = [&](const Tensor& g, const Tensor* relu_mask, float known_amax) {
     return cast_gradient(g, precision_, ctx, name(), nullptr, relu_mask, known_amax);
   };
+  a.dy_conversion = gradient_conversion(precision_, ctx);
   // The fused ReLU deferred its backward to here (dy is its output gradient): the mask is read
   // on the fly by the casts and the bias gradient where they can.
   const bool relu_deferred = fused_relu_ != nullptr && fused_relu_->backward_deferred(ctx);

@@ -74,8 +74,9 @@ class CpuOps final : public DeviceOps {
 
  private:
   // conv2d_backward on oneDNN's convolutions; false when the im2col path must run it.
-  bool conv2d_backward_onednn(const Conv2dBackward& a, const ConvGeometry& g, StepContext& ctx,
-                              const std::string& layer);
+  // converted: the gradient already cast (the bias pass's conversion), or undefined.
+  bool conv2d_backward_onednn(const Conv2dBackward& a, const ConvGeometry& g, const Tensor& converted,
+                              StepContext& ctx, const std::string& layer);
   // dx of a layer whose gradient gq (B, O, H', W') and weights are INT8 per tensor, on oneDNN;
   // false when oneDNN has no kernel for it.
   bool conv2d_input_grad_onednn(const Tensor& gq, const Tensor& wb, const ConvGeometry& g, Tensor& dx,

@@ -93,6 +93,10 @@ struct Conv2dBackward {
   // forward (ConvEpilogue), whose backward is deferred to here: the convolution's gradient is dy
   // where the mask is 1, +0 elsewhere (read on the fly where the device can, else masked first).
   const Tensor* relu_mask = nullptr;
+  // BF16 or FP16 when cast_dy is a plain conversion of the (masked) gradient to it
+  // (gradient_conversion): the device may convert in its own pass over dy and skip cast_dy. FP32:
+  // cast_dy only.
+  Precision dy_conversion = Precision::FP32;
 };
 
 // Host-visible results (valid after synchronize()).

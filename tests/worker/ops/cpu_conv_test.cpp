@@ -2,14 +2,20 @@
 // elements against a plain loop over every (tap, sample, output position), on awkward geometries
 // (the same-width stride-1 shortcut with kernels 1, 3 and 5, a kernel wider than the image, stride
 // 2, no padding, 1-wide images) and sample offsets; values must match exactly, zeros included.
+// And the bias pass (conv_bias_grad.cpp): its 16-bit conversion against the scalar encoders on
+// masked values, its sums and amax unchanged by converting.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "kernels/cpu_isa.h"
+#include "kernels/float_convert.h"
 #include "worker/ops/cpu/cpu_kernels.h"
 
 namespace qsync {
@@ -72,6 +78,50 @@ TEST(CpuConv, Im2colMatchesThePlainLoopsExactly) {
     check_im2col<uint8_t>(g);
     check_im2col<uint16_t>(g);
     check_im2col<uint32_t>(g);
+  }
+}
+
+// Planes of 5 (all tail), 37 and 2048 + 13 positions (past one conversion chunk, then a tail);
+// random masks; -0, NaN, inf, subnormals and values halfway between 16-bit neighbours among the
+// gradient's values. The converted values must be the scalar encoder's of mask ? dy : +0 (a
+// masked -0 or NaN becomes +0), bit for bit, at every ISA level, and db and the amax must be the
+// bits of the pass without a conversion.
+TEST(CpuConv, BiasPassConvertsTheMaskedGradientAsTheEncodersDo) {
+  struct CapGuard {  // the default cap (none: AMX) comes back after the test
+    ~CapGuard() { cpu_isa_set_cap(CpuIsa::AMX); }
+  } guard;
+  const float specials[] = {-0.0f, std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
+                            -std::numeric_limits<float>::infinity(), 1e-40f, -3e-39f, 1.00390625f, 65520.0f, 1e38f};
+  for (const CpuIsa isa : {CpuIsa::SCALAR, CpuIsa::AVX2, CpuIsa::AVX512, CpuIsa::AVX512_BF16}) {
+    if (isa > cpu_isa_detected()) continue;
+    cpu_isa_set_cap(isa);
+    for (const int64_t hw : {int64_t{5}, int64_t{37}, int64_t{2048 + 13}})
+      for (const bool masked : {false, true})
+        for (const Precision to : {Precision::BF16, Precision::FP16}) {
+          SCOPED_TRACE(std::string(cpu_isa_name(isa)) + " hw " + std::to_string(hw) + (masked ? " masked " : " ") +
+                       precision_name(to));
+          const int64_t batch = 3, o = 4, n = batch * o * hw;
+          std::mt19937 rng(static_cast<uint32_t>(hw));
+          std::normal_distribution<float> normal(0.0f, 2.0f);
+          std::vector<float> dy(static_cast<size_t>(n));
+          std::vector<uint8_t> mask(static_cast<size_t>(n));
+          for (int64_t i = 0; i < n; ++i) {
+            dy[size_t(i)] = i % 11 == 3 ? specials[(i / 11) % 9] : normal(rng);
+            mask[size_t(i)] = uint8_t(rng() % 2);
+          }
+          const uint8_t* m = masked ? mask.data() : nullptr;
+          std::vector<float> db_plain(static_cast<size_t>(o), 0.5f), db_converting(static_cast<size_t>(o), 0.5f);
+          std::vector<uint16_t> got(static_cast<size_t>(n), 0x7777);
+          const float amax_plain = conv_bias_grad_add(dy.data(), m, batch, o, hw, db_plain.data());
+          const float amax = conv_bias_grad_add(dy.data(), m, batch, o, hw, db_converting.data(), to, got.data());
+          EXPECT_EQ(std::memcmp(&amax, &amax_plain, sizeof amax), 0);
+          EXPECT_EQ(std::memcmp(db_converting.data(), db_plain.data(), db_plain.size() * sizeof(float)), 0);
+          for (int64_t i = 0; i < n; ++i) {
+            const float v = m == nullptr || m[i] != 0 ? dy[size_t(i)] : 0.0f;
+            const uint16_t want = to == Precision::BF16 ? fp32_to_bf16_ref(v) : fp32_to_fp16_ref(v);
+            ASSERT_EQ(got[size_t(i)], want) << "at " << i << " of " << n << ", dy " << dy[size_t(i)];
+          }
+        }
   }
 }
 

@@ -122,61 +122,6 @@ ConvOnednnCall onednn_forward_call(const Tensor& xc, const Tensor& wc, const Ten
   return c;
 }
 
-// db (O) += sum over samples and positions of dy (B, O, H'W'): per (sample, channel) plane eight
-// interleaved lane sums (lane j adds positions j, j + 8, ...; a fixed order, vectorized), added
-// pairwise, then to db sample by sample. Threads own whole channels: the same at any count. The
-// CUDA kernel adds in the same order (kernels/cuda/conv_cuda.cu, PlaneSums): the same bits.
-// With a ReLU mask (same shape as dy, or nullptr) the sums are of mask ? dy : +0. Returns the
-// largest |value| summed (NaN ignored): the amax (quantize.h) of the gradient as an INT8 cast
-// would read it, found on the way for the cast that follows.
-float conv_bias_grad_add(const float* dy, const uint8_t* mask, int64_t batch, int64_t o, int64_t hw, float* db) {
-  std::vector<float> channel_amax(size_t(o), 0.0f);
-#pragma omp parallel for schedule(static) if (batch * o * hw > (1 << 16))
-  for (int64_t oc = 0; oc < o; ++oc) {
-    float amax = 0.0f;
-    for (int64_t s = 0; s < batch; ++s) {
-      const float* plane = dy + (s * o + oc) * hw;
-      const uint8_t* on = mask != nullptr ? mask + (s * o + oc) * hw : nullptr;
-      float lane[8] = {0, 0, 0, 0, 0, 0, 0, 0}, lane_max[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-      int64_t p = 0;
-#ifdef __AVX2__
-      // The eight lanes in one vector: masked-out values are +0 (a bitwise and). max(v, m) keeps
-      // m when v is NaN.
-      const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
-      __m256 acc = _mm256_setzero_ps(), top = _mm256_setzero_ps();
-      for (; p + 8 <= hw; p += 8) {
-        __m256 v = _mm256_loadu_ps(plane + p);
-        if (on != nullptr) {
-          const __m256i m = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(on + p)));
-          v = _mm256_and_ps(v, _mm256_castsi256_ps(_mm256_cmpgt_epi32(m, _mm256_setzero_si256())));
-        }
-        acc = _mm256_add_ps(acc, v);
-        top = _mm256_max_ps(_mm256_and_ps(v, abs_mask), top);
-      }
-      _mm256_storeu_ps(lane, acc);
-      _mm256_storeu_ps(lane_max, top);
-#endif
-      for (; p + 8 <= hw; p += 8)
-        for (int j = 0; j < 8; ++j) {
-          const float v = on == nullptr || on[p + j] != 0 ? plane[p + j] : 0.0f;
-          lane[j] += v;
-          lane_max[j] = std::fabs(v) > lane_max[j] ? std::fabs(v) : lane_max[j];
-        }
-      for (int j = 0; p < hw; ++p, ++j) {
-        const float v = on == nullptr || on[p] != 0 ? plane[p] : 0.0f;
-        lane[j] += v;
-        lane_max[j] = std::fabs(v) > lane_max[j] ? std::fabs(v) : lane_max[j];
-      }
-      db[oc] += ((lane[0] + lane[4]) + (lane[1] + lane[5])) + ((lane[2] + lane[6]) + (lane[3] + lane[7]));
-      for (float m : lane_max) amax = m > amax ? m : amax;
-    }
-    channel_amax[size_t(oc)] = amax;
-  }
-  float amax = 0.0f;
-  for (float m : channel_amax) amax = m > amax ? m : amax;
-  return amax;
-}
-
 // Samples per chunk: about 2048 GEMM columns, so a chunk's columns stay in L2.
 int64_t chunk_samples(const ConvGeometry& g) { return std::max<int64_t>(1, 2048 / (g.oh * g.ow)); }
 
@@ -270,8 +215,8 @@ void CpuOps::conv2d_forward(const Tensor& xc, const Tensor& wc, const Tensor* bi
 // The backward on oneDNN when the saved operands are FP32 or BF16 (not quantized) and oneDNN
 // computes both convolutions of that type: dy is cast whole (B, O, H', W'), then dx is written
 // and dW accumulated. False: nothing was done, the im2col path runs.
-bool CpuOps::conv2d_backward_onednn(const Conv2dBackward& a, const ConvGeometry& g, StepContext& ctx,
-                                    const std::string& layer) {
+bool CpuOps::conv2d_backward_onednn(const Conv2dBackward& a, const ConvGeometry& g, const Tensor& converted,
+                                    StepContext& ctx, const std::string& layer) {
   const Tensor& xb = *a.x;
   const Tensor& wb = *a.w;
   const Precision type = xb.precision();
@@ -284,7 +229,7 @@ bool CpuOps::conv2d_backward_onednn(const Conv2dBackward& a, const ConvGeometry&
   data.shape = weights.shape = onednn_shape(g, a.dy->dim(0), wb.dim(0));
   data.type = weights.type = type;
   if ((a.dx != nullptr && !conv_onednn_supports(data)) || !conv_onednn_supports(weights)) return false;
-  const Tensor gc = a.cast_dy(*a.dy, a.relu_mask, -1.0f);  // (B, O, H', W') in the backward precision
+  const Tensor gc = converted.defined() ? converted : a.cast_dy(*a.dy, a.relu_mask, -1.0f);  // (B, O, H', W')
   if (gc.precision() != type)
     throw std::logic_error("conv2d_backward: layer '" + layer + "' casts its gradient to " +
                            precision_name(gc.precision()) + " but saved its operands in " + precision_name(type));
@@ -335,34 +280,39 @@ void CpuOps::conv2d_backward(const Conv2dBackward& a, const ConvGeometry& g, Ste
   const Tensor& wb = *a.w;
   const int64_t batch = a.dy->dim(0), hw = g.oh * g.ow, ckk = g.c * g.k * g.k, o = wb.dim(0);
   float dy_amax = -1.0f;  // the (masked) gradient's amax when the bias pass found it
+  Tensor converted;       // (B, O, H', W') the gradient's 16-bit cast, when the bias pass wrote it
   if (a.db != nullptr) {
     OpClock clock(ctx, layer + ".bias_grad");
+    if (a.dy_conversion == Precision::BF16 || a.dy_conversion == Precision::FP16)
+      converted = Tensor::empty(a.dy->shape(), a.dy_conversion, ctx.memory, layer + " output gradient (converted)");
     dy_amax = conv_bias_grad_add(a.dy->f32(), a.relu_mask != nullptr ? a.relu_mask->as<uint8_t>() : nullptr, batch,
-                                 o, hw, a.db->f32());
+                                 o, hw, a.db->f32(), a.dy_conversion,
+                                 converted.defined() ? converted.as<uint16_t>() : nullptr);
   }
-  if (conv2d_backward_onednn(a, g, ctx, layer)) return;
+  if (conv2d_backward_onednn(a, g, converted, ctx, layer)) return;
   // Saved operands with scales (int8-all, fp8): the gradient is cast whole, one scale for the
-  // tensor, before any chunking, reading a fused ReLU's mask on the fly. Otherwise the chunks'
-  // casts read a masked copy.
+  // tensor, before any chunking, reading a fused ReLU's mask on the fly. Converted by the bias
+  // pass: taken whole too. Otherwise the chunks' casts read a masked copy.
   const bool cast_whole = precision_takes_scales(xb.precision());
+  const bool taken_whole = cast_whole || converted.defined();
   Tensor masked;
-  if (a.relu_mask != nullptr && !cast_whole) {
+  if (a.relu_mask != nullptr && !taken_whole) {
     OpClock clock(ctx, layer + ".relu_backward");
     masked = relu_masked_copy(*a.dy, *a.relu_mask, ctx.memory, layer + " output gradient (relu masked)");
   }
   const Tensor& dy = masked.defined() ? masked : *a.dy;
-  const Tensor gq = cast_whole ? a.cast_dy(dy, a.relu_mask, dy_amax) : Tensor();  // (B, O, H', W') quantized
+  const Tensor gq = cast_whole ? a.cast_dy(dy, a.relu_mask, dy_amax) : converted;  // (B, O, H', W') cast
   const bool dx_on_im2col = a.dx != nullptr && !(cast_whole && conv2d_input_grad_onednn(gq, wb, g, *a.dx, ctx, layer));
   if (dx_on_im2col) fill_zero(*a.dx);
   const int64_t chunk = std::min(batch, chunk_samples(g));
   const int elem = precision_bytes(xb.precision());
-  const Precision g_type = cast_whole ? gq.precision() : Precision::FP32;
+  const Precision g_type = taken_whole ? gq.precision() : Precision::FP32;
   const size_t g_elem = size_t(precision_bytes(g_type));
   Tensor dy_cm = Tensor::empty({o, chunk * hw}, g_type, ctx.memory, layer + " gradient (channel-major)");
   Tensor dcols = dx_on_im2col ? Tensor::empty({ckk, chunk * hw}, Precision::FP32, ctx.memory, layer + " column gradient")
                               : Tensor();
   Tensor cols = Tensor::empty({ckk, chunk * hw}, xb.precision(), ctx.memory, layer + " im2col");
-  const auto* g_src = static_cast<const uint8_t*>(cast_whole ? gq.data() : dy.data());
+  const auto* g_src = static_cast<const uint8_t*>(taken_whole ? gq.data() : dy.data());
   for (int64_t s0 = 0; s0 < batch; s0 += chunk) {
     const int64_t n = std::min(chunk, batch - s0);
     Tensor dy_n = dy_cm.prefix({o, n * hw});
@@ -375,7 +325,7 @@ void CpuOps::conv2d_backward(const Conv2dBackward& a, const ConvGeometry& g, Ste
       dy_n.scale_mode = gq.scale_mode;
       dy_n.scales = gq.scales;
     }
-    const Tensor gc = cast_whole ? dy_n : a.cast_dy(dy_n, nullptr, -1.0f);  // (O, n*H'W') backward precision
+    const Tensor gc = taken_whole ? dy_n : a.cast_dy(dy_n, nullptr, -1.0f);  // (O, n*H'W') backward precision
     if (dx_on_im2col) {
       {
         OpClock clock(ctx, layer + ".gemm_input_grad");

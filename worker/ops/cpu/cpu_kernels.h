@@ -1,9 +1,9 @@
 // File: worker/ops/cpu/cpu_kernels.h
 // Host kernels that other code shares with CpuOps: the layer-norm rows (tensor-parallel
 // inference, worker/tp/, runs the same arithmetic), im2col / col2im (calibration measures the
-// im2col norm of Conv2d inputs), and the canonical sum of squares of the optimizer's global
-// gradient norm (CudaOps computes the same tree, so every rank of a mixed job clips alike), and
-// the plain reference loops of layer norm and attention.
+// im2col norm of Conv2d inputs), the convolution's bias pass, the canonical sum of squares of the
+// optimizer's global gradient norm (CudaOps computes the same tree, so every rank of a mixed job
+// clips alike), and the plain reference loops of layer norm and attention.
 #pragma once
 
 #include <cstdint>
@@ -32,6 +32,16 @@ void layernorm_backward_ref(const float* dy, const float* xhat, const float* rst
 void im2col(const void* x, int elem, int64_t s0, int64_t samples, const ConvGeometry& g, void* cols);
 // Adds cols (C*k*k, S*H'*W') FP32 back into dx (B, C, H, W) for samples [s0, s0 + S).
 void col2im_add(const float* cols, int64_t s0, int64_t samples, const ConvGeometry& g, float* dx);
+
+// The convolution's bias gradient pass (conv_bias_grad.cpp): db (O) += sum over samples and
+// positions of dy (B, O, H'W'), in a fixed order (the same bits at any thread count, and as the
+// CUDA kernel's). With a ReLU mask (dy's shape, or nullptr) the values summed are mask ? dy : +0.
+// Returns the largest |value| summed (NaN ignored): the amax (quantize.h) of the gradient as an
+// INT8 cast would read it. converted: nullptr, or (B, O, H'W') written with the values summed
+// converted to `to` (BF16 or FP16) as convert() writes them: the gradient's 16-bit cast, in the
+// same read of dy.
+float conv_bias_grad_add(const float* dy, const uint8_t* mask, int64_t batch, int64_t o, int64_t hw, float* db,
+                         Precision to = Precision::FP32, uint16_t* converted = nullptr);
 
 // sum of g[i]^2 in double over n values, in the canonical order: blocks of
 // CANONICAL_SUM_BLOCK values (the last one padded with zeros) each reduced by halving
