@@ -8,12 +8,7 @@
 //   forward      y (O, S*H'W')       = W (O, CKK) cols (CKK, S*H'W')     NN, W is the A operand
 //   input grad   dcols (CKK, S*H'W') = W^T dy (O, S*H'W')                 TN
 //   weight grad  dW (O, CKK)        += dy (O, S*H'W') cols^T             NT
-#ifdef __AVX2__
-#include <immintrin.h>
-#endif
-
 #include <algorithm>
-#include <cmath>
 #include <cstring>
 #include <stdexcept>
 #include <string>
