@@ -7,6 +7,8 @@
 #include <omp.h>
 #include <sys/mman.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -114,8 +116,44 @@ HostBlockCache& host_block_cache() {
   return *cache;
 }
 
-// One thread's part of host_heap_prefault: blocks under the mmap threshold (so from the heap,
-// not fresh mmaps), each page written, freed in reverse so they merge back into the top chunk.
+#ifndef MADV_POPULATE_WRITE
+constexpr int MADV_POPULATE_WRITE = 23;  // <linux/mman.h>; older headers lack the name
+#endif
+
+// glibc's heaps of the threads' arenas: mappings of at most 64 MiB (HEAP_MAX_SIZE, twice the
+// largest mmap threshold) at addresses aligned to that size, written from the start upwards.
+constexpr uintptr_t THREAD_ARENA_HEAP_BYTES = uintptr_t(64) << 20;
+
+// A heap's holes: a block freed in the middle of a heap may hold pages nobody wrote (a buffer
+// only partly used), which the next blocks carved from it touch first. Asks the kernel to
+// populate every page of the heap that holds `inside` (pages already there are left as they
+// are): the [heap] mapping for the main arena, else the writable part of the thread arena's heap
+// around it (within its aligned 64 MiB). Linux 5.14 and later; elsewhere madvise refuses and the
+// holes keep faulting, which is all it costs.
+void populate_heap_of(const void* inside) {
+  std::FILE* maps = std::fopen("/proc/self/maps", "r");
+  if (maps == nullptr) return;
+  const auto at = reinterpret_cast<uintptr_t>(inside);
+  char line[512];
+  while (std::fgets(line, sizeof line, maps) != nullptr) {
+    unsigned long begin = 0, end = 0;
+    char perms[8] = {};
+    if (std::sscanf(line, "%lx-%lx %7s", &begin, &end, perms) != 3 || at < begin || at >= end) continue;
+    if (std::strstr(line, "[heap]") == nullptr) {  // a thread arena's heap: only its own aligned block
+      const uintptr_t heap = at & ~(THREAD_ARENA_HEAP_BYTES - 1);
+      begin = std::max<uintptr_t>(begin, heap);
+      end = std::min<uintptr_t>(end, heap + THREAD_ARENA_HEAP_BYTES);
+    }
+    if (std::strncmp(perms, "rw", 2) == 0 && end > begin)
+      madvise(reinterpret_cast<void*>(begin), end - begin, MADV_POPULATE_WRITE);
+    break;
+  }
+  std::fclose(maps);
+}
+
+// One thread's part of host_heap_prefault: blocks under the mmap threshold (so from the thread's
+// arena, not fresh mmaps), each page written, freed in reverse so they merge back into the top
+// chunk; then the holes below them in the same heap.
 void prefault_this_thread(size_t bytes) {
   constexpr size_t BLOCK = size_t(4) << 20, PAGE = 4096;
   std::vector<char*> blocks;
@@ -126,28 +164,8 @@ void prefault_this_thread(size_t bytes) {
     asm volatile("" : : "r"(p) : "memory");  // the writes are the point: keep them and the malloc
     blocks.push_back(p);
   }
+  if (!blocks.empty()) populate_heap_of(blocks.front());
   for (auto it = blocks.rbegin(); it != blocks.rend(); ++it) std::free(*it);
-}
-
-// The main arena's holes: a block freed in the middle of the heap may hold pages nobody wrote (a
-// buffer only partly used), which the next blocks carved from it touch first. Asks the kernel to
-// populate every page of the [heap] mapping (pages already there are left as they are). Linux
-// 5.14 and later; elsewhere madvise refuses and the holes keep faulting, which is all it costs.
-void populate_main_heap() {
-#ifndef MADV_POPULATE_WRITE
-  constexpr int MADV_POPULATE_WRITE = 23;  // <linux/mman.h>; older headers lack the name
-#endif
-  std::FILE* maps = std::fopen("/proc/self/maps", "r");
-  if (maps == nullptr) return;
-  char line[512];
-  while (std::fgets(line, sizeof line, maps) != nullptr) {
-    if (std::strstr(line, "[heap]") == nullptr) continue;
-    unsigned long begin = 0, end = 0;
-    if (std::sscanf(line, "%lx-%lx", &begin, &end) == 2 && end > begin)
-      madvise(reinterpret_cast<void*>(begin), end - begin, MADV_POPULATE_WRITE);
-    break;
-  }
-  std::fclose(maps);
 }
 
 }  // namespace
@@ -155,7 +173,6 @@ void populate_main_heap() {
 void host_heap_prefault(size_t bytes) {
   host_block_cache();  // its mallopt settings first: the freed top must not be trimmed
   prefault_this_thread(bytes);
-  populate_main_heap();
 #pragma omp parallel
   {
     if (omp_get_thread_num() != 0) prefault_this_thread(bytes);
