@@ -126,35 +126,44 @@ constexpr uintptr_t THREAD_ARENA_HEAP_BYTES = uintptr_t(64) << 20;
 
 // A heap's holes: a block freed in the middle of a heap may hold pages nobody wrote (a buffer
 // only partly used), which the next blocks carved from it touch first. Asks the kernel to
-// populate every page of the heap that holds `inside` (pages already there are left as they
-// are): the [heap] mapping for the main arena, else the writable part of the thread arena's heap
-// around it (within its aligned 64 MiB). Linux 5.14 and later; elsewhere madvise refuses and the
-// holes keep faulting, which is all it costs.
-void populate_heap_of(const void* inside) {
+// populate every page (pages already there are left as they are) of the main arena's [heap]
+// when `main_heap`, and of each thread-arena heap that holds one of `blocks`: the writable
+// anonymous mapping around the block, within its aligned 64 MiB. A thread arena's other heaps
+// (it starts one more when one is full) keep their holes. Linux 5.14 and later; elsewhere madvise
+// refuses and the holes keep faulting, which is all it costs.
+void populate_heaps(bool main_heap, const std::vector<char*>& blocks) {
   std::FILE* maps = std::fopen("/proc/self/maps", "r");
   if (maps == nullptr) return;
-  const auto at = reinterpret_cast<uintptr_t>(inside);
+  std::vector<uintptr_t> done;  // the 64 MiB windows populated
   char line[512];
   while (std::fgets(line, sizeof line, maps) != nullptr) {
-    unsigned long begin = 0, end = 0;
+    unsigned long begin = 0, end = 0, inode = 0;
     char perms[8] = {};
-    if (std::sscanf(line, "%lx-%lx %7s", &begin, &end, perms) != 3 || at < begin || at >= end) continue;
-    if (std::strstr(line, "[heap]") == nullptr) {  // a thread arena's heap: only its own aligned block
-      const uintptr_t heap = at & ~(THREAD_ARENA_HEAP_BYTES - 1);
-      begin = std::max<uintptr_t>(begin, heap);
-      end = std::min<uintptr_t>(end, heap + THREAD_ARENA_HEAP_BYTES);
+    int path = 0;
+    if (std::sscanf(line, "%lx-%lx %7s %*s %*s %lu %n", &begin, &end, perms, &inode, &path) != 4) continue;
+    if (std::strncmp(perms, "rw", 2) != 0) continue;
+    if (std::strncmp(line + path, "[heap]", 6) == 0) {
+      if (main_heap) madvise(reinterpret_cast<void*>(begin), end - begin, MADV_POPULATE_WRITE);
+      continue;
     }
-    if (std::strncmp(perms, "rw", 2) == 0 && end > begin)
-      madvise(reinterpret_cast<void*>(begin), end - begin, MADV_POPULATE_WRITE);
-    break;
+    if (inode != 0 || (line[path] != '\0' && line[path] != '\n')) continue;  // a file or a named mapping
+    for (char* block : blocks) {
+      const auto at = reinterpret_cast<uintptr_t>(block);
+      const uintptr_t heap = at & ~(THREAD_ARENA_HEAP_BYTES - 1);
+      if (at < begin || at >= end || std::find(done.begin(), done.end(), heap) != done.end()) continue;
+      done.push_back(heap);
+      const uintptr_t lo = std::max<uintptr_t>(begin, heap), hi = std::min<uintptr_t>(end, heap + THREAD_ARENA_HEAP_BYTES);
+      madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_POPULATE_WRITE);
+    }
   }
   std::fclose(maps);
 }
 
 // One thread's part of host_heap_prefault: blocks under the mmap threshold (so from the thread's
-// arena, not fresh mmaps), each page written, freed in reverse so they merge back into the top
-// chunk; then the holes below them in the same heap.
-void prefault_this_thread(size_t bytes) {
+// arena, not fresh mmaps), each page written; then the holes of the heaps they came from (and
+// of the main [heap] on the calling thread); then the blocks freed in reverse, so they merge back
+// into the top chunk.
+void prefault_this_thread(size_t bytes, bool main_heap) {
   constexpr size_t BLOCK = size_t(4) << 20, PAGE = 4096;
   std::vector<char*> blocks;
   for (size_t done = 0; done < bytes; done += BLOCK) {
@@ -164,7 +173,7 @@ void prefault_this_thread(size_t bytes) {
     asm volatile("" : : "r"(p) : "memory");  // the writes are the point: keep them and the malloc
     blocks.push_back(p);
   }
-  if (!blocks.empty()) populate_heap_of(blocks.front());
+  populate_heaps(main_heap, blocks);
   for (auto it = blocks.rbegin(); it != blocks.rend(); ++it) std::free(*it);
 }
 
@@ -172,10 +181,10 @@ void prefault_this_thread(size_t bytes) {
 
 void host_heap_prefault(size_t bytes) {
   host_block_cache();  // its mallopt settings first: the freed top must not be trimmed
-  prefault_this_thread(bytes);
+  prefault_this_thread(bytes, true);
 #pragma omp parallel
   {
-    if (omp_get_thread_num() != 0) prefault_this_thread(bytes);
+    if (omp_get_thread_num() != 0) prefault_this_thread(bytes, false);
   }
 }
 

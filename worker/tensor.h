@@ -53,8 +53,8 @@ std::string format_mib(int64_t bytes);  // "812 MiB" / "1.5 MiB"
 // and on every thread of its OpenMP team (each allocates from its own arena), then frees it: freed
 // top memory stays mapped (the trim threshold is 1 GiB), so blocks that land there later (the
 // libraries' per-call buffers, e.g. oneDNN's INT8 GEMM packing) find touched pages instead of
-// page-faulting in the middle of a step. The holes of each of those threads' heaps (pages of
-// freed blocks that nobody wrote: the main [heap], a thread arena's 64 MiB heap) are populated
+// page-faulting in the middle of a step. The holes (pages of freed blocks that nobody wrote) of
+// the main [heap] and of the thread-arena heap each thread's headroom came from are populated
 // too, with madvise(MADV_POPULATE_WRITE) where the kernel has it.
 // The trainer calls it after every step that faulted (the first, and any whose buffers moved the
 // heap's high-water mark).

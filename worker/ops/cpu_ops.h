@@ -10,6 +10,8 @@
 
 namespace qsync {
 
+struct ConvOnednnCall;  // kernels/cpu/conv_onednn.h
+
 class CpuOps final : public DeviceOps {
  public:
   const char* name() const override { return "cpu"; }
@@ -73,10 +75,10 @@ class CpuOps final : public DeviceOps {
                       OptimizerStepResult* result) override;
 
  private:
-  // conv2d_backward on oneDNN's convolutions; false when the im2col path must run it.
-  // converted: the gradient already cast (the bias pass's conversion), or undefined.
-  bool conv2d_backward_onednn(const Conv2dBackward& a, const ConvGeometry& g, const Tensor& converted,
-                              StepContext& ctx, const std::string& layer);
+  // conv2d_backward on oneDNN's convolutions (the calls planned by cpu_conv.cpp's
+  // onednn_backward_calls); converted: the gradient already cast by the bias pass, or undefined.
+  void conv2d_backward_onednn(const Conv2dBackward& a, ConvOnednnCall& data, ConvOnednnCall& weights,
+                              const Tensor& converted, StepContext& ctx, const std::string& layer);
   // dx of a layer whose gradient gq (B, O, H', W') and weights are INT8 per tensor, on oneDNN;
   // false when oneDNN has no kernel for it.
   bool conv2d_input_grad_onednn(const Tensor& gq, const Tensor& wb, const ConvGeometry& g, Tensor& dx,

@@ -81,7 +81,8 @@ TEST(CpuConv, Im2colMatchesThePlainLoopsExactly) {
   }
 }
 
-// Planes of 5 (all tail), 37 and 2048 + 13 positions (past one conversion chunk, then a tail);
+// Planes of 5 (all tail), 37 and 2048 + 13 positions (past one conversion chunk, then a tail; and
+// enough of them that the channels run in parallel);
 // random masks; -0, NaN, inf, subnormals and values halfway between 16-bit neighbours among the
 // gradient's values. The converted values must be the scalar encoder's of mask ? dy : +0 (a
 // masked -0 or NaN becomes +0), bit for bit, at every ISA level, and db and the amax must be the
@@ -100,7 +101,7 @@ TEST(CpuConv, BiasPassConvertsTheMaskedGradientAsTheEncodersDo) {
         for (const Precision to : {Precision::BF16, Precision::FP16}) {
           SCOPED_TRACE(std::string(cpu_isa_name(isa)) + " hw " + std::to_string(hw) + (masked ? " masked " : " ") +
                        precision_name(to));
-          const int64_t batch = 3, o = 4, n = batch * o * hw;
+          const int64_t batch = hw > 2048 ? 8 : 3, o = 4, n = batch * o * hw;  // 8: past 65536, in parallel
           std::mt19937 rng(static_cast<uint32_t>(hw));
           std::normal_distribution<float> normal(0.0f, 2.0f);
           std::vector<float> dy(static_cast<size_t>(n));

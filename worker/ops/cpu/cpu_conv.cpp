@@ -117,6 +117,10 @@ ConvOnednnCall onednn_forward_call(const Tensor& xc, const Tensor& wc, const Ten
   return c;
 }
 
+// The bias pass converts dy plane by plane: below this many positions a plane's call costs more
+// than the whole-tensor cast it saves (the ViT's 4x4 patch grid: 16).
+constexpr int64_t MIN_CONVERTED_PLANE = 64;
+
 // Samples per chunk: about 2048 GEMM columns, so a chunk's columns stay in L2.
 int64_t chunk_samples(const ConvGeometry& g) { return std::max<int64_t>(1, 2048 / (g.oh * g.ow)); }
 
@@ -207,41 +211,50 @@ void CpuOps::conv2d_forward(const Tensor& xc, const Tensor& wc, const Tensor* bi
   }
 }
 
-// The backward on oneDNN when the saved operands are FP32 or BF16 (not quantized) and oneDNN
-// computes both convolutions of that type: dy is cast whole (B, O, H', W'), then dx is written
-// and dW accumulated. False: nothing was done, the im2col path runs.
-bool CpuOps::conv2d_backward_onednn(const Conv2dBackward& a, const ConvGeometry& g, const Tensor& converted,
-                                    StepContext& ctx, const std::string& layer) {
+namespace {
+
+// The backward's two oneDNN calls (input and weight gradients) when the saved operands are FP32
+// or BF16 (not quantized) and oneDNN computes both convolutions of that type; false: the im2col
+// path runs it.
+bool onednn_backward_calls(const Conv2dBackward& a, const ConvGeometry& g, ConvOnednnCall& data,
+                           ConvOnednnCall& weights) {
   const Tensor& xb = *a.x;
   const Tensor& wb = *a.w;
   const Precision type = xb.precision();
   if ((type != Precision::FP32 && type != Precision::BF16) || wb.precision() != type ||
       xb.scale_mode != ScaleMode::NONE || wb.scale_mode != ScaleMode::NONE)
     return false;
-  ConvOnednnCall data, weights;
   data.op = ConvOnednnOp::BACKWARD_DATA;
   weights.op = ConvOnednnOp::BACKWARD_WEIGHTS;
   data.shape = weights.shape = onednn_shape(g, a.dy->dim(0), wb.dim(0));
   data.type = weights.type = type;
-  if ((a.dx != nullptr && !conv_onednn_supports(data)) || !conv_onednn_supports(weights)) return false;
+  return (a.dx == nullptr || conv_onednn_supports(data)) && conv_onednn_supports(weights);
+}
+
+}  // namespace
+
+// The backward on oneDNN (onednn_backward_calls): dy cast whole (B, O, H', W'), unless the bias
+// pass converted it already (`converted`), then dx written and dW accumulated.
+void CpuOps::conv2d_backward_onednn(const Conv2dBackward& a, ConvOnednnCall& data, ConvOnednnCall& weights,
+                                    const Tensor& converted, StepContext& ctx, const std::string& layer) {
+  const Precision type = a.x->precision();
   const Tensor gc = converted.defined() ? converted : a.cast_dy(*a.dy, a.relu_mask, -1.0f);  // (B, O, H', W')
   if (gc.precision() != type)
     throw std::logic_error("conv2d_backward: layer '" + layer + "' casts its gradient to " +
                            precision_name(gc.precision()) + " but saved its operands in " + precision_name(type));
-  weights.x = xb.data();
+  weights.x = a.x->data();
   weights.dy = gc.data();
   weights.out = a.dw->f32();
   if (a.dx == nullptr) {
     OpClock clock(ctx, layer + ".conv_weight_grad");
     conv_onednn_run(weights);
-    return true;
+    return;
   }
-  data.w = wb.data();
+  data.w = a.w->data();
   data.dy = gc.data();
   data.out = a.dx->f32();
   OpClock clock(ctx, layer + ".conv_backward");  // input and weight gradients, dy reordered once
   conv_onednn_run_backward(data, weights);
-  return true;
 }
 
 // The INT8 input gradient on oneDNN (a deconvolution of the quantized dy, per-tensor scales of dy
@@ -266,48 +279,53 @@ bool CpuOps::conv2d_input_grad_onednn(const Tensor& gq, const Tensor& wb, const 
   return true;
 }
 
-// per chunk, dy_cm (O, S*H'W') = dy by channel; dcols = W^T dy_cm; dx += col2im(dcols);
-// dW (O, CKK) += dy_cm cols^T; db (O) += sum dy. A quantized gradient is cast whole first and
-// its rows copied per chunk; its input gradient runs on oneDNN where it can.
+// On oneDNN where it computes the layer's type (FP32, BF16), else per chunk: dy_cm (O, S*H'W') =
+// dy by channel; dcols = W^T dy_cm; dx += col2im(dcols); dW (O, CKK) += dy_cm cols^T. db (O) +=
+// sum dy first, in one pass that also finds dy's amax (for an INT8 cast) and, on the oneDNN path
+// with planes of MIN_CONVERTED_PLANE positions or more, writes the gradient's 16-bit conversion
+// (a.dy_conversion) so dy is read once. A quantized gradient is cast whole first and its rows
+// copied per chunk; its input gradient runs on oneDNN where it can.
 void CpuOps::conv2d_backward(const Conv2dBackward& a, const ConvGeometry& g, StepContext& ctx,
                              const std::string& layer) {
   const Tensor& xb = *a.x;
   const Tensor& wb = *a.w;
   const int64_t batch = a.dy->dim(0), hw = g.oh * g.ow, ckk = g.c * g.k * g.k, o = wb.dim(0);
+  ConvOnednnCall data, weights;
+  const bool on_onednn = onednn_backward_calls(a, g, data, weights);
   float dy_amax = -1.0f;  // the (masked) gradient's amax when the bias pass found it
   Tensor converted;       // (B, O, H', W') the gradient's 16-bit cast, when the bias pass wrote it
   if (a.db != nullptr) {
     OpClock clock(ctx, layer + ".bias_grad");
-    if (a.dy_conversion == Precision::BF16 || a.dy_conversion == Precision::FP16)
+    if (on_onednn && hw >= MIN_CONVERTED_PLANE &&
+        (a.dy_conversion == Precision::BF16 || a.dy_conversion == Precision::FP16))
       converted = Tensor::empty(a.dy->shape(), a.dy_conversion, ctx.memory, layer + " output gradient (converted)");
     dy_amax = conv_bias_grad_add(a.dy->f32(), a.relu_mask != nullptr ? a.relu_mask->as<uint8_t>() : nullptr, batch,
                                  o, hw, a.db->f32(), a.dy_conversion,
                                  converted.defined() ? converted.as<uint16_t>() : nullptr);
   }
-  if (conv2d_backward_onednn(a, g, converted, ctx, layer)) return;
+  if (on_onednn) return conv2d_backward_onednn(a, data, weights, converted, ctx, layer);
   // Saved operands with scales (int8-all, fp8): the gradient is cast whole, one scale for the
-  // tensor, before any chunking, reading a fused ReLU's mask on the fly. Converted by the bias
-  // pass: taken whole too. Otherwise the chunks' casts read a masked copy.
+  // tensor, before any chunking, reading a fused ReLU's mask on the fly. Otherwise the chunks'
+  // casts read a masked copy.
   const bool cast_whole = precision_takes_scales(xb.precision());
-  const bool taken_whole = cast_whole || converted.defined();
   Tensor masked;
-  if (a.relu_mask != nullptr && !taken_whole) {
+  if (a.relu_mask != nullptr && !cast_whole) {
     OpClock clock(ctx, layer + ".relu_backward");
     masked = relu_masked_copy(*a.dy, *a.relu_mask, ctx.memory, layer + " output gradient (relu masked)");
   }
   const Tensor& dy = masked.defined() ? masked : *a.dy;
-  const Tensor gq = cast_whole ? a.cast_dy(dy, a.relu_mask, dy_amax) : converted;  // (B, O, H', W') cast
+  const Tensor gq = cast_whole ? a.cast_dy(dy, a.relu_mask, dy_amax) : Tensor();  // (B, O, H', W') quantized
   const bool dx_on_im2col = a.dx != nullptr && !(cast_whole && conv2d_input_grad_onednn(gq, wb, g, *a.dx, ctx, layer));
   if (dx_on_im2col) fill_zero(*a.dx);
   const int64_t chunk = std::min(batch, chunk_samples(g));
   const int elem = precision_bytes(xb.precision());
-  const Precision g_type = taken_whole ? gq.precision() : Precision::FP32;
+  const Precision g_type = cast_whole ? gq.precision() : Precision::FP32;
   const size_t g_elem = size_t(precision_bytes(g_type));
   Tensor dy_cm = Tensor::empty({o, chunk * hw}, g_type, ctx.memory, layer + " gradient (channel-major)");
   Tensor dcols = dx_on_im2col ? Tensor::empty({ckk, chunk * hw}, Precision::FP32, ctx.memory, layer + " column gradient")
                               : Tensor();
   Tensor cols = Tensor::empty({ckk, chunk * hw}, xb.precision(), ctx.memory, layer + " im2col");
-  const auto* g_src = static_cast<const uint8_t*>(taken_whole ? gq.data() : dy.data());
+  const auto* g_src = static_cast<const uint8_t*>(cast_whole ? gq.data() : dy.data());
   for (int64_t s0 = 0; s0 < batch; s0 += chunk) {
     const int64_t n = std::min(chunk, batch - s0);
     Tensor dy_n = dy_cm.prefix({o, n * hw});
@@ -320,7 +338,7 @@ void CpuOps::conv2d_backward(const Conv2dBackward& a, const ConvGeometry& g, Ste
       dy_n.scale_mode = gq.scale_mode;
       dy_n.scales = gq.scales;
     }
-    const Tensor gc = taken_whole ? dy_n : a.cast_dy(dy_n, nullptr, -1.0f);  // (O, n*H'W') backward precision
+    const Tensor gc = cast_whole ? dy_n : a.cast_dy(dy_n, nullptr, -1.0f);  // (O, n*H'W') backward precision
     if (dx_on_im2col) {
       {
         OpClock clock(ctx, layer + ".gemm_input_grad");
