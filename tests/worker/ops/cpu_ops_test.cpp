@@ -1,10 +1,11 @@
 // File: tests/worker/ops/cpu_ops_test.cpp
 // The host implementation of the op interface beyond what the layer tests cover: the canonical
 // sum of squares (the global norm every rank computes alike), the matmul options (bias epilogue,
-// row sums of op(A)), GELU's saved derivative and its vector paths, quantization into the transposed layout, the
-// loss-scale path of the optimizer (unscaling, skipping a non-finite step), and dynamic loss
-// scaling's schedule.
+// row sums of op(A)), GELU's saved derivative and its vector paths, quantization into the
+// transposed layout, dequantization and 16-bit rounding in parallel chunks, the loss-scale path
+// of the optimizer (unscaling, skipping a non-finite step), and dynamic loss scaling's schedule.
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <cmath>
 #include <cstring>
@@ -13,8 +14,9 @@
 #include <random>
 #include <vector>
 
-#include "worker/loss_scale.h"
 #include "kernels/cpu_isa.h"
+#include "kernels/float_convert.h"
+#include "worker/loss_scale.h"
 #include "worker/ops/cpu/cpu_kernels.h"
 #include "worker/ops/cpu/vector_math.h"
 #include "worker/ops/cpu_ops.h"
@@ -181,6 +183,65 @@ TEST(CpuOps, QuantizeIntoTheTransposedLayout) {
     for (int64_t r = 0; r < rows; ++r)
       for (int64_t c = 0; c < cols; ++c) EXPECT_EQ(qt.as<uint8_t>()[c * rows + r], q.as<uint8_t>()[r * cols + c]);
   }
+}
+
+uint32_t bits_of(float v) {
+  uint32_t b;
+  std::memcpy(&b, &v, sizeof b);
+  return b;
+}
+
+// INT8 -> FP32 (rounded to a 16-bit grid or not), FP16 and BF16, and FP32 rounded in place: the
+// paths of the classes without native BF16 run through FP32 buffers in parallel chunks. Per
+// tensor and per row, rows past one chunk and not a multiple of it, a scale whose products are
+// subnormal; each value against the scalar oracles (q * scale, then the _ref encoders), at 1
+// and 2 threads.
+TEST(CpuOps, DequantizeAndRoundMatchTheScalarOraclesAtAnyThreadCount) {
+  DeviceOps& ops = cpu_ops();
+  const int default_threads = omp_get_max_threads();
+  struct Case {
+    int64_t rows, cols;
+    bool per_row;
+  };
+  for (const Case c : {Case{1, 100003, false}, Case{3, 70001, true}, Case{257, 301, true}}) {
+    const int64_t n = c.rows * c.cols;
+    Tensor q = Tensor::empty({c.rows, c.cols}, Precision::INT8, nullptr);
+    std::mt19937 rng(static_cast<uint32_t>(n));
+    for (int64_t i = 0; i < n; ++i) q.as<int8_t>()[i] = static_cast<int8_t>(int(rng() % 255) - 127);
+    std::vector<float> scales(size_t(c.per_row ? c.rows : 1));
+    for (size_t k = 0; k < scales.size(); ++k) scales[k] = k == 1 ? 3e-41f : 0.0137f * float(k + 1);
+    q.scale_mode = c.per_row ? ScaleMode::PER_CHANNEL : ScaleMode::PER_TENSOR;
+    q.scales = Tensor::host_scales(scales);
+    auto value = [&](int64_t i) { return float(q.as<int8_t>()[i]) * scales[size_t(c.per_row ? i / c.cols : 0)]; };
+    for (const int threads : {1, 2}) {
+      omp_set_num_threads(threads);
+      SCOPED_TRACE(std::to_string(c.rows) + "x" + std::to_string(c.cols) + (c.per_row ? " per row, " : " per tensor, ") +
+                   std::to_string(threads) + " threads");
+      for (const Precision round_to : {Precision::FP32, Precision::BF16, Precision::FP16}) {
+        Tensor out = Tensor::empty(q.shape(), Precision::FP32, nullptr);
+        ops.dequantize_int8(q, out, round_to);
+        for (int64_t i = 0; i < n; ++i) {
+          const float v = value(i);
+          const float want = round_to == Precision::BF16   ? bf16_to_fp32_ref(fp32_to_bf16_ref(v))
+                             : round_to == Precision::FP16 ? fp16_to_fp32_ref(fp32_to_fp16_ref(v))
+                                                           : v;
+          ASSERT_EQ(bits_of(out.f32()[i]), bits_of(want)) << "round to " << precision_name(round_to) << " at " << i;
+        }
+      }
+      Tensor h = Tensor::empty(q.shape(), Precision::FP16, nullptr), b = Tensor::empty(q.shape(), Precision::BF16, nullptr);
+      ops.dequantize_int8(q, h, Precision::FP16);
+      ops.dequantize_int8(q, b, Precision::BF16);
+      Tensor rounded = Tensor::empty(q.shape(), Precision::FP32, nullptr);
+      for (int64_t i = 0; i < n; ++i) rounded.f32()[i] = value(i) * 1.1f;  // off the INT8 grid
+      ops.round_to_sixteen_bit(rounded, Precision::BF16);
+      for (int64_t i = 0; i < n; ++i) {
+        ASSERT_EQ(h.as<uint16_t>()[i], fp32_to_fp16_ref(value(i))) << "FP16 at " << i;
+        ASSERT_EQ(b.as<uint16_t>()[i], fp32_to_bf16_ref(value(i))) << "BF16 at " << i;
+        ASSERT_EQ(bits_of(rounded.f32()[i]), bits_of(bf16_to_fp32_ref(fp32_to_bf16_ref(value(i) * 1.1f)))) << i;
+      }
+    }
+  }
+  omp_set_num_threads(default_threads);
 }
 
 // With a loss scale S = 2^k the gradients carry S; the update unscales them exactly, so the

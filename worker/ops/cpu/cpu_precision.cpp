@@ -18,19 +18,24 @@ int64_t cols_of(const Tensor& t) { return t.rank() == 0 ? 1 : t.shape().back(); 
 
 constexpr int64_t CHUNK = 4096;  // cache-sized pieces of the conversions through FP32 buffers
 
-// In place, FP32 values rounded to the 16-bit format p and back.
-void round_buffer(float* x, int64_t n, Precision p) {
+// In place, len <= CHUNK FP32 values rounded to the 16-bit format p and back.
+void round_chunk(float* x, int64_t len, Precision p) {
   uint16_t buf[CHUNK];
-  for (int64_t i = 0; i < n; i += CHUNK) {
-    const int64_t len = std::min(CHUNK, n - i);
-    if (p == Precision::BF16) {
-      convert_fp32_to_bf16(x + i, buf, len);
-      convert_bf16_to_fp32(buf, x + i, len);
-    } else {
-      convert_fp32_to_fp16(x + i, buf, len);
-      convert_fp16_to_fp32(buf, x + i, len);
-    }
+  if (p == Precision::BF16) {
+    convert_fp32_to_bf16(x, buf, len);
+    convert_bf16_to_fp32(buf, x, len);
+  } else {
+    convert_fp32_to_fp16(x, buf, len);
+    convert_fp16_to_fp32(buf, x, len);
   }
+}
+
+// round_chunk over a whole buffer, in parallel when large (elementwise: the same bits at any
+// thread count).
+void round_buffer(float* x, int64_t n, Precision p) {
+  const int64_t chunks = (n + CHUNK - 1) / CHUNK;
+#pragma omp parallel for schedule(static) if (n > (1 << 16))
+  for (int64_t c = 0; c < chunks; ++c) round_chunk(x + c * CHUNK, std::min(CHUNK, n - c * CHUNK), p);
 }
 
 void transpose_bytes(const void* src, void* dst, int64_t rows, int64_t cols, int elem) {
@@ -149,25 +154,31 @@ void CpuOps::dequantize_int8(const Tensor& q, Tensor& out, Precision round_to) {
   const int64_t rows = rows_of(q), cols = cols_of(q);
   const bool per_row = q.scale_mode == ScaleMode::PER_CHANNEL;
   const float* scales = q.scale_data();
-  float buf[CHUNK];
-  for (int64_t r = 0; r < (per_row ? rows : 1); ++r) {
-    const int64_t begin = per_row ? r * cols : 0, count = per_row ? cols : q.numel();
+  if (storage == Precision::BF16) {  // in one pass, no FP32 copy; rows in parallel when large
+    if (!per_row) return dequantize_int8_to_bf16(q.as<int8_t>(), out.as<uint16_t>(), q.numel(), scales[0]);
+#pragma omp parallel for schedule(static) if (q.numel() > (1 << 16))
+    for (int64_t r = 0; r < rows; ++r)
+      dequantize_int8_to_bf16(q.as<int8_t>() + r * cols, out.as<uint16_t>() + r * cols, cols, scales[r]);
+    return;
+  }
+  // FP32 (rounded to round_to's 16-bit grid when given) or FP16 through an FP32 buffer: chunks of
+  // each row (or of the whole tensor), in parallel when large (elementwise: the same bits).
+  const int64_t spans = per_row ? rows : 1, count = per_row ? cols : q.numel();
+  const int64_t per_span = (count + CHUNK - 1) / CHUNK;
+#pragma omp parallel for schedule(static) if (q.numel() > (1 << 16))
+  for (int64_t k = 0; k < spans * per_span; ++k) {
+    const int64_t r = k / per_span, i = (k % per_span) * CHUNK, len = std::min(CHUNK, count - i);
+    const int64_t at = r * count + i;
     const float scale = scales[per_row ? r : 0];
-    if (storage == Precision::BF16) {  // in one pass (parallel when large), no FP32 copy
-      dequantize_int8_to_bf16(q.as<int8_t>() + begin, out.as<uint16_t>() + begin, count, scale);
+    if (!sixteen) {
+      float* dst = out.f32() + at;
+      qsync::dequantize_int8(q.as<int8_t>() + at, dst, len, scale);
+      if (round_to == Precision::BF16 || round_to == Precision::FP16) round_chunk(dst, len, round_to);
       continue;
     }
-    for (int64_t i = 0; i < count; i += CHUNK) {
-      const int64_t len = std::min(CHUNK, count - i);
-      if (!sixteen) {
-        float* dst = out.f32() + begin + i;
-        qsync::dequantize_int8(q.as<int8_t>() + begin + i, dst, len, scale);
-        if (round_to == Precision::BF16 || round_to == Precision::FP16) round_buffer(dst, len, round_to);
-        continue;
-      }
-      qsync::dequantize_int8(q.as<int8_t>() + begin + i, buf, len, scale);
-      convert_fp32_to_fp16(buf, out.as<uint16_t>() + begin + i, len);
-    }
+    float buf[CHUNK];
+    qsync::dequantize_int8(q.as<int8_t>() + at, buf, len, scale);
+    convert_fp32_to_fp16(buf, out.as<uint16_t>() + at, len);
   }
 }
 
