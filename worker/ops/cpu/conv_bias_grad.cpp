@@ -9,11 +9,8 @@
 
 #include <algorithm>
 #include <cmath>
-#include <stdexcept>
-#include <string>
 #include <vector>
 
-#include "kernels/float_convert.h"
 #include "worker/ops/cpu/cpu_kernels.h"
 
 namespace qsync {
@@ -23,11 +20,6 @@ namespace {
 // 8, so the lanes below see the same positions as without chunks).
 constexpr int64_t PLANE_CHUNK = 2048;
 
-void convert_chunk(const float* x, Precision to, uint16_t* y, int64_t n) {
-  if (to == Precision::BF16) convert_fp32_to_bf16(x, y, n);
-  else convert_fp32_to_fp16(x, y, n);
-}
-
 }  // namespace
 
 // Per (sample, channel) plane eight interleaved lane sums (lane j adds positions j, j + 8, ...; a
@@ -36,8 +28,7 @@ void convert_chunk(const float* x, Precision to, uint16_t* y, int64_t n) {
 // (kernels/cuda/conv_cuda.cu, PlaneSums): the same bits.
 float conv_bias_grad_add(const float* dy, const uint8_t* mask, int64_t batch, int64_t o, int64_t hw, float* db,
                          Precision to, uint16_t* converted) {
-  if (converted != nullptr && to != Precision::BF16 && to != Precision::FP16)
-    throw std::logic_error(std::string("conv_bias_grad_add: ") + precision_name(to) + " is not a 16-bit format");
+  if (converted != nullptr) require_sixteen_bit(to, "conv_bias_grad_add");
   std::vector<float> channel_amax(size_t(o), 0.0f);
 #pragma omp parallel for schedule(static) if (batch * o * hw > (1 << 16))
   for (int64_t oc = 0; oc < o; ++oc) {
@@ -83,7 +74,7 @@ float conv_bias_grad_add(const float* dy, const uint8_t* mask, int64_t batch, in
         if (out == nullptr) continue;
         if (buffered)
           for (int64_t t = i; t < n; ++t) summed[t] = m[t] != 0 ? x[t] : 0.0f;  // the plane's tail
-        convert_chunk(buffered ? summed : x, to, out + q, n);
+        convert_to_sixteen_bit(buffered ? summed : x, out + q, n, to);
       }
 #ifdef __AVX2__
       _mm256_storeu_ps(lane, acc);

@@ -33,6 +33,12 @@ void im2col(const void* x, int elem, int64_t s0, int64_t samples, const ConvGeom
 // Adds cols (C*k*k, S*H'*W') FP32 back into dx (B, C, H, W) for samples [s0, s0 + S).
 void col2im_add(const float* cols, int64_t s0, int64_t samples, const ConvGeometry& g, float* dx);
 
+// x (n FP32 values) -> y in the 16-bit format `to` (BF16 or FP16: require_sixteen_bit first), by
+// the vectorized converters of kernels/float_convert.h (cpu_precision.cpp).
+void convert_to_sixteen_bit(const float* x, uint16_t* y, int64_t n, Precision to);
+// std::logic_error naming the op `what` unless `to` is BF16 or FP16.
+void require_sixteen_bit(Precision to, const char* what);
+
 // The convolution's bias gradient pass (conv_bias_grad.cpp): db (O) += sum over samples and
 // positions of dy (B, O, H'W'), in a fixed order (the same bits at any thread count, and as the
 // CUDA kernel's). With a ReLU mask (dy's shape, or nullptr) the values summed are mask ? dy : +0.

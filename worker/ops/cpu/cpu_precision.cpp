@@ -8,6 +8,7 @@
 
 #include "kernels/float_convert.h"
 #include "kernels/quantize.h"
+#include "worker/ops/cpu/cpu_kernels.h"
 #include "worker/ops/cpu_ops.h"
 
 namespace qsync {
@@ -67,14 +68,23 @@ void CpuOps::convert(const Tensor& src, Tensor& dst) {
                            precision_name(to) + " (fp32 <-> bf16 / fp16 only)");
 }
 
+void convert_to_sixteen_bit(const float* x, uint16_t* y, int64_t n, Precision to) {
+  if (to == Precision::BF16) convert_fp32_to_bf16(x, y, n);
+  else convert_fp32_to_fp16(x, y, n);
+}
+
+void require_sixteen_bit(Precision to, const char* what) {
+  if (to != Precision::BF16 && to != Precision::FP16)
+    throw std::logic_error(std::string(what) + ": " + precision_name(to) + " is not a 16-bit format (BF16 or FP16)");
+}
+
 // Per chunk of 2048 values: the masked values into an L1 buffer, then the vectorized converter
 // (the bits of relu_backward then convert, without the FP32 tensor between them).
 void CpuOps::relu_backward_convert(const Tensor& dy, const Tensor& mask, Tensor& dx) {
   check_same_numel(dy, dx, "relu_backward_convert");
   check_same_numel(dy, mask, "relu_backward_convert");
   const Precision to = dx.precision();
-  if (to != Precision::BF16 && to != Precision::FP16)
-    throw std::logic_error(std::string("relu_backward_convert: ") + precision_name(to) + " is not a 16-bit format");
+  require_sixteen_bit(to, "relu_backward_convert");
   constexpr int64_t CHUNK = 2048;
   const int64_t n = dy.numel(), chunks = (n + CHUNK - 1) / CHUNK;
   const float* g = dy.f32();
@@ -85,14 +95,12 @@ void CpuOps::relu_backward_convert(const Tensor& dy, const Tensor& mask, Tensor&
     alignas(64) float masked[CHUNK];
     const int64_t b = c * CHUNK, len = std::min(CHUNK, n - b);
     for (int64_t i = 0; i < len; ++i) masked[i] = m[b + i] != 0 ? g[b + i] : 0.0f;
-    if (to == Precision::BF16) convert_fp32_to_bf16(masked, out + b, len);
-    else convert_fp32_to_fp16(masked, out + b, len);
+    convert_to_sixteen_bit(masked, out + b, len, to);
   }
 }
 
 void CpuOps::round_to_sixteen_bit(Tensor& x, Precision p) {
-  if (p != Precision::BF16 && p != Precision::FP16)
-    throw std::logic_error(std::string("round_to_sixteen_bit: ") + precision_name(p) + " is not a 16-bit format");
+  require_sixteen_bit(p, "round_to_sixteen_bit");
   round_buffer(x.f32(), x.numel(), p);
 }
 
