@@ -1,14 +1,17 @@
 // File: tests/worker/dist/collectives_test.cpp
 // Gloo collectives with every rank a forked process on 127.0.0.1: sums (exact for small
 // integers), broadcast, all_gather and barrier for 2 and 3 ranks; a rank that exits early or hangs
-// makes the others throw CollectiveError within the timeout instead of hanging. Also the
+// makes the others throw CollectiveError within the timeout instead of hanging; Gloo's event-loop
+// thread runs SCHED_BATCH and the caller's policy is left alone. Also the
 // single-rank stand-in and the NCCL backend's refusal where there is no GPU.
 #include <gtest/gtest.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmath>
+#include <filesystem>
 #include <thread>
 
 #include "tests/worker/dist/dist_test_support.h"
@@ -100,6 +103,24 @@ TEST(GlooCollectives, TwoInstancesOnOneRendezvous) {
     expect(y == 21.0f, "first instance sum " + std::to_string(y));
   });
   expect_all_succeeded(results);
+}
+
+// Gloo's event-loop thread runs SCHED_BATCH, so a peer's data waking it never preempts the thread
+// in the collective (which may hold the connection's lock the loop thread then spins on); the
+// calling thread keeps its own policy. The threads' policies are read from the kernel.
+TEST(GlooCollectives, EventLoopThreadNeverPreemptsTheCaller) {
+  expect_all_succeeded(run_ranks(2, milliseconds(10000), [](int rank, Rendezvous&, Collectives& c) {
+    int batch = 0;
+    for (const auto& task : std::filesystem::directory_iterator("/proc/self/task")) {
+      const pid_t tid = pid_t(std::stol(task.path().filename().string()));
+      if (::sched_getscheduler(tid) == SCHED_BATCH) ++batch;
+    }
+    expect(batch >= 1, "rank " + std::to_string(rank) + ": no thread runs SCHED_BATCH (Gloo's event loop)");
+    expect(::sched_getscheduler(0) == SCHED_OTHER, "the calling thread left SCHED_OTHER");
+    float x = float(rank);
+    c.all_reduce_sum(&x, 1);
+    expect(x == 1.0f, "sum " + std::to_string(x));
+  }));
 }
 
 // The others' call must fail within the timeout (asserted: under 10x) and name the operation.
