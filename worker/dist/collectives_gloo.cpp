@@ -7,23 +7,27 @@
 // Gloo's TCP device reads and writes on an event-loop thread of its own, beside the thread that
 // calls the collective, and the two spin at each other: the loop thread, woken by a peer's data
 // while the caller holds the connection's lock (inside its own write), retries epoll_wait without
-// sleeping until the lock is free, and the caller, at the end of every operation, sched_yield()s
-// until the loop thread lets go of its buffer. A rank pinned to one CPU has both on that CPU, and
-// a woken thread preempts the running one, so the lock holder waited for the next scheduler tick:
-// measured on 2 pinned ranks (Linux 6.18, 250 Hz), every all-reduce from 16 bytes to 1 MiB took
-// 4 ms; a CNN step spent 15.6 ms of its 96 ms there. The loop thread runs SCHED_BATCH (the same
-// share of the CPU, but a wake-up never preempts): 16 bytes in 86 us, 1 MiB in 265 us, the CNN's
-// all-reduce 7.2 ms. It is created with that policy (LoopThreadPolicy) rather than changed later.
+// sleeping until the lock is free, and the caller, destroying an operation's buffers, yields
+// while the loop thread still holds one (~ShareableNonOwningPtr). A rank pinned to one CPU has
+// both on that CPU, and a woken thread preempts the running one, so the lock holder waited for
+// the next scheduler tick: measured on 2 pinned ranks (Linux 6.18, 250 Hz), every all-reduce from
+// 16 bytes to 1 MiB took 4 ms; a CNN step spent 15.6 ms of its 96 ms there. The loop thread runs
+// SCHED_BATCH (the same share of the CPU, but a wake-up never preempts): 16 bytes in 86 us, 1 MiB
+// in 265 us, the CNN's all-reduce 7.2 ms. It is created with that policy (LoopThreadPolicy)
+// rather than changed later. (A SCHED_BATCH thread woken beside busy compute waits for the
+// running thread's slice; the gradient all-reduce overlaps backward only past one 25 MiB bucket.)
 // Gloo writes with writev(), so a dead peer would raise SIGPIPE: collectives_gloo() ignores SIGPIPE
 // process-wide when it still has the default action, turning it into an error Gloo reports.
 #include <arpa/inet.h>
-#include <sched.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <sched.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <csignal>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
@@ -117,15 +121,22 @@ std::string local_address_towards(const RendezvousConfig& c) {
 // While alive, the calling thread runs SCHED_BATCH, and so does every thread it creates (a new
 // thread inherits its creator's policy); the caller's own policy comes back at the end. Only from
 // SCHED_OTHER: a thread on a real-time or idle policy keeps it (and so does Gloo's).
+// Where the kernel refuses (a sandbox), Gloo runs as before, with a warning on stderr.
 class LoopThreadPolicy {
  public:
   LoopThreadPolicy() {
     const sched_param none{};
-    changed_ = ::sched_getscheduler(0) == SCHED_OTHER && ::sched_setscheduler(0, SCHED_BATCH, &none) == 0;
+    if (::sched_getscheduler(0) != SCHED_OTHER) return;
+    changed_ = ::sched_setscheduler(0, SCHED_BATCH, &none) == 0;
+    if (!changed_)
+      std::fprintf(stderr, "qsync: gloo: cannot run the event-loop thread SCHED_BATCH (%s); small all-reduces may "
+                   "wait a scheduler tick each\n", std::strerror(errno));
   }
   ~LoopThreadPolicy() {
     const sched_param none{};
-    if (changed_) ::sched_setscheduler(0, SCHED_OTHER, &none);
+    if (changed_ && ::sched_setscheduler(0, SCHED_OTHER, &none) != 0)
+      std::fprintf(stderr, "qsync: gloo: cannot restore SCHED_OTHER after creating the event-loop thread (%s)\n",
+                   std::strerror(errno));
   }
   LoopThreadPolicy(const LoopThreadPolicy&) = delete;
   LoopThreadPolicy& operator=(const LoopThreadPolicy&) = delete;

@@ -16,6 +16,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <random>
 #include <vector>
@@ -70,7 +71,10 @@ TEST(CpuAttention, MatchesThePlainLoops) {
     }
   } restore;
   for (const CpuIsa isa : {CpuIsa::SCALAR, CpuIsa::AVX2, CpuIsa::AVX512}) {
-    if (isa > cpu_isa_detected()) continue;
+    if (isa > cpu_isa_detected()) {
+      std::printf("[ SKIPPED  ] the %s level: this CPU lacks it\n", cpu_isa_name(isa));
+      continue;
+    }
     cpu_isa_set_cap(isa);
     for (int threads : {1, 2}) {
       omp_set_num_threads(threads);

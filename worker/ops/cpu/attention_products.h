@@ -1,13 +1,13 @@
 // File: worker/ops/cpu/attention_products.h
 // The small matrix products of attention's score part (cpu_attention.cpp), over one (batch, head)
 // pair, generic over the vector width W: eight lanes (AVX2) or sixteen (AVX-512, instantiated only
-// inside QSYNC_TARGET_AVX512 functions; everything here is always_inline, so it compiles for its
-// caller's ISA). Each product runs as a register block: R output rows by two vectors of columns
-// (2R independent vector sums) per pass over the summed index, then one vector, then eight lanes
-// (when W is wider), then one column. Every output is summed from 0 over its index in the
-// oracle's order (cpu_attention_ref.cpp): a lane is an output, so the width changes how many
-// outputs go at once, never an output's adds, and both widths give the oracle's bits
-// (-ffp-contract=off fuses nothing).
+// inside QSYNC_TARGET_AVX512 functions; the products are always_inline, so they compile for their
+// caller's ISA; transpose_head is AVX2 at either width). Each product runs as a register block: R
+// output rows by two vectors of columns (2R independent vector sums) per pass over the summed
+// index, then one vector, then eight lanes (when W is wider), then one column. Every output is
+// summed from 0 over its index in the oracle's order (cpu_attention_ref.cpp): a lane is an
+// output, so the width changes how many outputs go at once, never an output's adds, and both
+// widths give the oracle's bits (-ffp-contract=off fuses nothing).
 #pragma once
 
 #include <algorithm>
@@ -19,7 +19,7 @@ namespace qsync::attention_products {
 
 // W floats in one vector register (GCC/clang vector extension; unaligned loads and stores): eight
 // (AVX2) or sixteen (AVX-512). The types travel as a width, never as a template type argument,
-// which would drop their aligned(4) (and make every load an aligned one).
+// which would drop their aligned(4) (allowing aligned moves, which fault on unaligned rows).
 template <int64_t W>
 struct Lanes;
 template <>
@@ -35,6 +35,7 @@ struct Lanes<16> {
 // function compiled for the AVX2 baseline would change the ABI).
 template <int64_t W>
 [[gnu::always_inline]] inline const typename Lanes<W>::vec& vec_at(const float* p) {
+  static_assert(alignof(typename Lanes<W>::vec) == alignof(float), "the vector type lost its aligned(4)");
   return *reinterpret_cast<const typename Lanes<W>::vec*>(p);
 }
 template <int64_t W>

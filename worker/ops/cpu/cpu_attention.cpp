@@ -165,7 +165,7 @@ template <int64_t W>
   combine_seen_by<W>(dpre, T, causal, qkv_b + h * hs, 3 * C, hs, dqkv_b + C + h * hs, 3 * C);  // dk = dpre^T q
 }
 
-// Each pair's kernels compiled for one ISA: eight lanes (the x86-64-v3 baseline) or sixteen.
+// Each pair's kernels compiled for one ISA: eight lanes (the AVX2 baseline) or sixteen.
 void forward_pair_avx2(const PairShape& p, const float* qkv_b, int64_t h, float* att_bh, float* out_bh) {
   forward_pair<8>(p, qkv_b, h, att_bh, out_bh);
 }
