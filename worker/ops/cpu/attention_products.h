@@ -46,21 +46,25 @@ template <int64_t W>
 // The output rows of one register block.
 constexpr int64_t BLOCK_ROWS = 4;
 
-// out[r, c] for r < R and columns [c, c + 2W) (TWO) or [c, c + W): sum over i < hs of
-// a[r, i] * bt[i, c], from 0 in i order.
+// Every product here is one register block: out[r, c] = sum over k < K of x[r * x_r + k * x_k] *
+// y[k * y_stride + c], each from 0 in k order, for r < R; x gives one scalar per (row, k), y one
+// row of columns per k. q k^T and dout v^T read x along a row (x_k = 1) and y from a transposed
+// head; att v, dq, dv and dk read x from a (T, T) matrix, along a row or down a column.
+
+// Columns [c, c + 2W) (TWO) or [c, c + W) of the block.
 template <int64_t R, int64_t W, bool TWO>
-[[gnu::always_inline]] inline void dots_columns(const float* a, int64_t a_stride, const float* bt, int64_t bt_stride,
-                                                int64_t hs, int64_t c, float* out, int64_t out_stride) {
+[[gnu::always_inline]] inline void product_columns(const float* x, int64_t x_r, int64_t x_k, int64_t K, const float* y,
+                                                   int64_t y_stride, int64_t c, float* out, int64_t out_stride) {
   using V = typename Lanes<W>::vec;
   V lo[R], hi[R];
   for (int64_t r = 0; r < R; ++r) lo[r] = hi[r] = V{};
-  for (int64_t i = 0; i < hs; ++i) {
-    const V y0 = vec_at<W>(bt + i * bt_stride + c);
-    const V y1 = TWO ? vec_at<W>(bt + i * bt_stride + c + W) : V{};
+  for (int64_t k = 0; k < K; ++k) {
+    const V y0 = vec_at<W>(y + k * y_stride + c);
+    const V y1 = TWO ? vec_at<W>(y + k * y_stride + c + W) : V{};
     for (int64_t r = 0; r < R; ++r) {
-      const float x = a[r * a_stride + i];
-      lo[r] += x * y0;
-      if (TWO) hi[r] += x * y1;
+      const float xv = x[r * x_r + k * x_k];
+      lo[r] += xv * y0;
+      if (TWO) hi[r] += xv * y1;
     }
   }
   for (int64_t r = 0; r < R; ++r) {
@@ -69,65 +73,21 @@ template <int64_t R, int64_t W, bool TWO>
   }
 }
 
-// out[r, c] = sum over i < hs of a[r, i] * bt[i, c], for r < R and c < n. a: rows a_stride apart;
-// bt: (hs, .) rows bt_stride apart; out: rows out_stride apart.
+// The block over columns c < n: two vectors at a time, then one, then eight lanes (when W is
+// wider), then one column. out rows out_stride apart (the oracle adds onto zeros: the same sums).
 template <int64_t R, int64_t W>
-[[gnu::always_inline]] inline void dots_block(const float* a, int64_t a_stride, const float* bt, int64_t bt_stride,
-                                              int64_t hs, int64_t n, float* out, int64_t out_stride) {
+[[gnu::always_inline]] inline void product_block(const float* x, int64_t x_r, int64_t x_k, int64_t K, const float* y,
+                                                 int64_t y_stride, int64_t n, float* out, int64_t out_stride) {
   int64_t c = 0;
-  for (; c + 2 * W <= n; c += 2 * W) dots_columns<R, W, true>(a, a_stride, bt, bt_stride, hs, c, out, out_stride);
-  for (; c + W <= n; c += W) dots_columns<R, W, false>(a, a_stride, bt, bt_stride, hs, c, out, out_stride);
+  for (; c + 2 * W <= n; c += 2 * W) product_columns<R, W, true>(x, x_r, x_k, K, y, y_stride, c, out, out_stride);
+  for (; c + W <= n; c += W) product_columns<R, W, false>(x, x_r, x_k, K, y, y_stride, c, out, out_stride);
   if constexpr (W > 8)
-    for (; c + 8 <= n; c += 8) dots_columns<R, 8, false>(a, a_stride, bt, bt_stride, hs, c, out, out_stride);
+    for (; c + 8 <= n; c += 8) product_columns<R, 8, false>(x, x_r, x_k, K, y, y_stride, c, out, out_stride);
   for (; c < n; ++c)
     for (int64_t r = 0; r < R; ++r) {
       float sum = 0.0f;
-      for (int64_t i = 0; i < hs; ++i) sum += a[r * a_stride + i] * bt[i * bt_stride + c];
+      for (int64_t k = 0; k < K; ++k) sum += x[r * x_r + k * x_k] * y[k * y_stride + c];
       out[r * out_stride + c] = sum;
-    }
-}
-
-// out[r, i] for r < R and channels [i, i + 2W) (TWO) or [i, i + W): sum over j < n of
-// w[r * w_r + j * w_j] * rows[j * rows_stride + i], from 0 in j order.
-template <int64_t R, int64_t W, bool TWO>
-[[gnu::always_inline]] inline void combine_channels(const float* w, int64_t w_r, int64_t w_j, int64_t n,
-                                                    const float* rows, int64_t rows_stride, int64_t i, float* out,
-                                                    int64_t out_stride) {
-  using V = typename Lanes<W>::vec;
-  V lo[R], hi[R];
-  for (int64_t r = 0; r < R; ++r) lo[r] = hi[r] = V{};
-  for (int64_t j = 0; j < n; ++j) {
-    const V y0 = vec_at<W>(rows + j * rows_stride + i);
-    const V y1 = TWO ? vec_at<W>(rows + j * rows_stride + i + W) : V{};
-    for (int64_t r = 0; r < R; ++r) {
-      const float x = w[r * w_r + j * w_j];
-      lo[r] += x * y0;
-      if (TWO) hi[r] += x * y1;
-    }
-  }
-  for (int64_t r = 0; r < R; ++r) {
-    vec_at<W>(out + r * out_stride + i) = lo[r];
-    if (TWO) vec_at<W>(out + r * out_stride + i + W) = hi[r];
-  }
-}
-
-// out[r, i] = sum over j < n of w[r * w_r + j * w_j] * rows[j * rows_stride + i], for r < R and
-// i < hs, each from 0 in j order (out rows out_stride apart; the oracle adds onto zeros, the same
-// sums).
-template <int64_t R, int64_t W>
-[[gnu::always_inline]] inline void combine_block(const float* w, int64_t w_r, int64_t w_j, int64_t n, const float* rows,
-                                                 int64_t rows_stride, int64_t hs, float* out, int64_t out_stride) {
-  int64_t i = 0;
-  for (; i + 2 * W <= hs; i += 2 * W)
-    combine_channels<R, W, true>(w, w_r, w_j, n, rows, rows_stride, i, out, out_stride);
-  for (; i + W <= hs; i += W) combine_channels<R, W, false>(w, w_r, w_j, n, rows, rows_stride, i, out, out_stride);
-  if constexpr (W > 8)
-    for (; i + 8 <= hs; i += 8) combine_channels<R, 8, false>(w, w_r, w_j, n, rows, rows_stride, i, out, out_stride);
-  for (; i < hs; ++i)
-    for (int64_t r = 0; r < R; ++r) {
-      float sum = 0.0f;
-      for (int64_t j = 0; j < n; ++j) sum += w[r * w_r + j * w_j] * rows[j * rows_stride + i];
-      out[r * out_stride + i] = sum;
     }
 }
 
@@ -140,11 +100,11 @@ template <int64_t W>
                                                  int64_t hs, bool causal, float* d) {
   int64_t t0 = 0;
   for (; t0 + BLOCK_ROWS <= T; t0 += BLOCK_ROWS)
-    dots_block<BLOCK_ROWS, W>(a + t0 * a_stride, a_stride, bt, T, hs,
-                              causal ? std::min(T, (t0 + BLOCK_ROWS + 7) / 8 * 8) : T, d + t0 * T, T);
+    product_block<BLOCK_ROWS, W>(a + t0 * a_stride, a_stride, 1, hs, bt, T,
+                                 causal ? std::min(T, (t0 + BLOCK_ROWS + 7) / 8 * 8) : T, d + t0 * T, T);
   for (; t0 < T; ++t0)
-    dots_block<1, W>(a + t0 * a_stride, a_stride, bt, T, hs, causal ? std::min(T, (t0 + 1 + 7) / 8 * 8) : T, d + t0 * T,
-                     T);
+    product_block<1, W>(a + t0 * a_stride, a_stride, 1, hs, bt, T, causal ? std::min(T, (t0 + 1 + 7) / 8 * 8) : T,
+                        d + t0 * T, T);
 }
 
 // out[t] = sum over t2 < visible(t) of w[t, t2] * rows[t2], in t2 order: w (T, T), zero past each
@@ -156,10 +116,10 @@ template <int64_t W>
                                                    int64_t rows_stride, int64_t hs, float* out, int64_t out_stride) {
   int64_t t0 = 0;
   for (; t0 + BLOCK_ROWS <= T; t0 += BLOCK_ROWS)
-    combine_block<BLOCK_ROWS, W>(w + t0 * T, T, 1, causal ? t0 + BLOCK_ROWS : T, rows, rows_stride, hs,
+    product_block<BLOCK_ROWS, W>(w + t0 * T, T, 1, causal ? t0 + BLOCK_ROWS : T, rows, rows_stride, hs,
                                  out + t0 * out_stride, out_stride);
   for (; t0 < T; ++t0)
-    combine_block<1, W>(w + t0 * T, 0, 1, causal ? t0 + 1 : T, rows, rows_stride, hs, out + t0 * out_stride,
+    product_block<1, W>(w + t0 * T, 0, 1, causal ? t0 + 1 : T, rows, rows_stride, hs, out + t0 * out_stride,
                         out_stride);
 }
 
@@ -173,12 +133,12 @@ template <int64_t W>
   int64_t t0 = 0;
   for (; t0 + BLOCK_ROWS <= T; t0 += BLOCK_ROWS) {
     const int64_t first = causal ? t0 : 0;
-    combine_block<BLOCK_ROWS, W>(w + first * T + t0, 1, T, T - first, rows + first * rows_stride, rows_stride, hs,
+    product_block<BLOCK_ROWS, W>(w + first * T + t0, 1, T, T - first, rows + first * rows_stride, rows_stride, hs,
                                  out + t0 * out_stride, out_stride);
   }
   for (; t0 < T; ++t0) {
     const int64_t first = causal ? t0 : 0;
-    combine_block<1, W>(w + first * T + t0, 0, T, T - first, rows + first * rows_stride, rows_stride, hs,
+    product_block<1, W>(w + first * T + t0, 0, T, T - first, rows + first * rows_stride, rows_stride, hs,
                         out + t0 * out_stride, out_stride);
   }
 }
