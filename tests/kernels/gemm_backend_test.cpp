@@ -2,7 +2,6 @@
 // shapes, all transpose cases, every precision with its own error bound; plus bad input.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
-#include <omp.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -292,62 +291,6 @@ TEST(GemmRegistry, ListsBackendsAndNamesUnknownOnes) {
     ADD_FAILURE() << "expected an error";
   } catch (const std::invalid_argument& e) {
     EXPECT_NE(std::string(e.what()).find("ref, cpu"), std::string::npos) << e.what();
-  }
-}
-
-// INT8 products with few rows (weight gradients) run as column slices, one oneDNN call per
-// thread (gemm_onednn.cpp, column_slices): the int32 sums are exact and the epilogue is per
-// entry, so three threads must give the bits of one, under every CPU class (the AVX2 classes
-// take the u8 + zero-point path) and with scales per tensor, column and row, beta and a bias.
-TEST(GemmBackendCpu, Int8ColumnSlicesGiveTheBitsOfOneThread) {
-  for (const DeviceClass& c : device_classes()) {
-    if (c.kind != DeviceKind::CPU || !device_class_availability(c).available) continue;
-    const pid_t pid = fork();
-    if (pid == 0) {
-      device_class_activate(c, 3);
-      const GemmBackend& cpu = gemm_backend_by_name("cpu");
-      int failures = 0;
-      uint32_t seed = 2000;
-      for (const PrecisionCase& pc : precision_cases()) {
-        if (pc.a != Precision::INT8) continue;
-        for (const auto& t : TRANSPOSE_CASES) {
-          const testing::Shape s{32, 300, 1001};  // 300 columns: three slices of 112, 112 and 76
-          const bool a_t = t[0] == Transpose::YES, b_t = t[1] == Transpose::YES;
-          std::mt19937 rng(seed++);
-          auto a = testing::make_operand(pc.a, t[0], a_t ? s.k : s.m, a_t ? s.m : s.k, (a_t ? s.m : s.k) + 3,
-                                         pc.a_mode, rng, !a_t, pc.a_unsigned, pc.a_quant_max);
-          auto b = testing::make_operand(pc.b, t[1], b_t ? s.n : s.k, b_t ? s.k : s.n, (b_t ? s.k : s.n) + 3,
-                                         pc.b_mode, rng, b_t);
-          std::vector<float> bias(size_t(s.n)), c0(size_t(s.m * (s.n + 3)));
-          std::normal_distribution<float> dist;
-          for (float& v : bias) v = dist(rng);
-          for (float& v : c0) v = dist(rng);
-          for (const bool with_bias : {false, true}) {
-            std::vector<float> out[2] = {c0, c0};
-            for (int run = 0; run < 2; ++run) {
-              omp_set_num_threads(run == 0 ? 3 : 1);
-              GemmDesc d;
-              d.m = s.m, d.n = s.n, d.k = s.k;
-              d.a = a.op, d.b = b.op;
-              d.ldc = s.n + 3;
-              d.beta = with_bias ? 0.0f : 0.5f;
-              d.bias = with_bias ? bias.data() : nullptr;
-              d.c = out[run].data();
-              cpu.gemm(d);
-            }
-            if (std::memcmp(out[0].data(), out[1].data(), out[0].size() * sizeof(float)) != 0) {
-              std::fprintf(stderr, "%s: %s %s%s: 3 threads differ from 1\n", c.name.c_str(), pc.name.c_str(),
-                           testing::transpose_case_name(t[0], t[1]).c_str(), with_bias ? " bias" : "");
-              ++failures;
-            }
-          }
-        }
-      }
-      _exit(failures == 0 ? 0 : 1);
-    }
-    int status = 0;
-    waitpid(pid, &status, 0);
-    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << c.name << ": see the mismatches above";
   }
 }
 

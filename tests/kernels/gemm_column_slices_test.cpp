@@ -1,0 +1,83 @@
+// Unit test of the cpu GEMM backend's column slices (kernels/cpu/gemm_onednn.cpp,
+// column_slices): INT8 products with few rows run as one single-threaded oneDNN call per thread
+// over a slice of C's columns. The int32 sums are exact and the epilogue is per entry, so three
+// threads must give the bits of one: with scales per tensor, column and row, u8 and 7-bit A (the
+// u8 + zero-point path of CPUs without VNNI), beta and a bias, in every transpose case. Runs as
+// the test device class (tests/kernels/test_device_class.h); CMake registers it again as the
+// classes without VNNI.
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/gemm_registry.h"
+#include "tests/kernels/gemm_test_support.h"
+#include "tests/kernels/test_device_class.h"
+
+namespace qsync {
+namespace {
+
+struct Int8Case {
+  std::string name;
+  ScaleMode a_mode, b_mode;
+  bool a_unsigned;
+  float a_quant_max;  // 0: the full range
+};
+
+TEST(GemmColumnSlices, ThreeThreadsGiveTheBitsOfOne) {
+  const DeviceClass& device = testing::activate_test_device_class();
+  const GemmBackend& cpu = gemm_backend_by_name("cpu");
+  const Int8Case cases[] = {
+      {"tensor", ScaleMode::PER_TENSOR, ScaleMode::PER_TENSOR, false, 0.0f},
+      {"column", ScaleMode::PER_TENSOR, ScaleMode::PER_CHANNEL, false, 0.0f},
+      {"row", ScaleMode::PER_CHANNEL, ScaleMode::PER_TENSOR, false, 0.0f},
+      {"u8_column", ScaleMode::PER_TENSOR, ScaleMode::PER_CHANNEL, true, 127.0f},
+      {"7bit_column", ScaleMode::PER_TENSOR, ScaleMode::PER_CHANNEL, false, 63.0f},
+  };
+  const Transpose layouts[][2] = {{Transpose::NO, Transpose::YES},
+                                  {Transpose::NO, Transpose::NO},
+                                  {Transpose::YES, Transpose::NO},
+                                  {Transpose::YES, Transpose::YES}};
+  // 300 columns: slices of 112, 112 and 76 (whole vectors but the last); 32 x 300 x 1001 is a
+  // weight gradient's shape and over the 4 M multiply-adds below which a product is left whole.
+  const testing::Shape s{32, 300, 1001};
+  const int64_t pad = 3;
+  uint32_t seed = 2000;
+  for (const Int8Case& pc : cases)
+    for (const auto& t : layouts) {
+      const bool a_t = t[0] == Transpose::YES, b_t = t[1] == Transpose::YES;
+      std::mt19937 rng(seed++);
+      auto a = testing::make_operand(Precision::INT8, t[0], a_t ? s.k : s.m, a_t ? s.m : s.k, (a_t ? s.m : s.k) + pad,
+                                     pc.a_mode, rng, !a_t, pc.a_unsigned, pc.a_quant_max);
+      auto b = testing::make_operand(Precision::INT8, t[1], b_t ? s.n : s.k, b_t ? s.k : s.n, (b_t ? s.k : s.n) + pad,
+                                     pc.b_mode, rng, b_t);
+      std::vector<float> bias(size_t(s.n)), c0(size_t(s.m * (s.n + pad)));
+      std::normal_distribution<float> dist;
+      for (float& v : bias) v = dist(rng);
+      for (float& v : c0) v = dist(rng);
+      for (const bool with_bias : {false, true}) {
+        SCOPED_TRACE(device.name + " " + pc.name + " " + testing::transpose_case_name(t[0], t[1]) +
+                     (with_bias ? " bias" : " beta 0.5"));
+        std::vector<float> out[2] = {c0, c0};
+        for (int run = 0; run < 2; ++run) {
+          omp_set_num_threads(run == 0 ? 3 : 1);
+          GemmDesc d;
+          d.m = s.m, d.n = s.n, d.k = s.k;
+          d.a = a.op, d.b = b.op;
+          d.ldc = s.n + pad;
+          d.beta = with_bias ? 0.0f : 0.5f;
+          d.bias = with_bias ? bias.data() : nullptr;
+          d.c = out[run].data();
+          cpu.gemm(d);
+        }
+        EXPECT_EQ(std::memcmp(out[0].data(), out[1].data(), out[0].size() * sizeof(float)), 0);
+        EXPECT_NE(std::memcmp(out[0].data(), c0.data(), c0.size() * sizeof(float)), 0);  // it ran
+      }
+    }
+}
+
+}  // namespace
+}  // namespace qsync
