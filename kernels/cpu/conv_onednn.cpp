@@ -20,6 +20,7 @@
 
 #include "kernels/cpu/conv_int8_output.h"
 #include "kernels/cpu/gemm_onednn.h"
+#include "kernels/cpu/onednn_host.h"
 #include "kernels/cpu_isa.h"
 
 namespace qsync {
@@ -28,31 +29,6 @@ namespace {
 using dnnl::memory;
 using dt = dnnl::memory::data_type;
 using tag = dnnl::memory::format_tag;
-
-dnnl::engine& conv_engine() {
-  static dnnl::engine engine(dnnl::engine::kind::cpu, 0);
-  return engine;
-}
-
-// A per-thread buffer that grows to the largest request and is then reused (no page faults in
-// the steady state); 64-byte aligned for the JIT kernels.
-class GrowingBuffer {
- public:
-  ~GrowingBuffer() { std::free(data_); }
-  void* get(size_t bytes) {
-    if (bytes > size_) {
-      std::free(data_);
-      size_ = (bytes + 63) / 64 * 64;
-      data_ = std::aligned_alloc(64, size_);
-      if (data_ == nullptr) throw std::bad_alloc();
-    }
-    return data_;
-  }
-
- private:
-  void* data_ = nullptr;
-  size_t size_ = 0;
-};
 
 // The per-thread buffers of one call, by role.
 enum Role { IN0, IN1, OUT, OUT_PLAIN, SCRATCH, W_DOUBLED, ROLES };
@@ -109,12 +85,12 @@ bool is_ref(const std::string& impl) { return impl.empty() || impl.rfind("ref", 
 void set_reorders(ConvPrimitive& p) {
   for (int i = 0; i < 2; ++i) {
     p.in_reordered[i] = p.in_prim[i] != p.in_user[i];
-    if (p.in_reordered[i]) p.in_reorder[i] = dnnl::reorder(dnnl::reorder::primitive_desc(conv_engine(), p.in_user[i], conv_engine(), p.in_prim[i]));
+    if (p.in_reordered[i]) p.in_reorder[i] = dnnl::reorder(dnnl::reorder::primitive_desc(onednn_cpu_engine(), p.in_user[i], onednn_cpu_engine(), p.in_prim[i]));
   }
   p.out_reordered = p.out_prim != p.out_user;
   const memory::dims& d = p.out_user.dims();
   p.out_nhwc = p.out_prim == memory::desc(d, p.out_user.data_type(), tag::nhwc);
-  if (p.out_reordered) p.out_reorder = dnnl::reorder(dnnl::reorder::primitive_desc(conv_engine(), p.out_prim, conv_engine(), p.out_user));
+  if (p.out_reordered) p.out_reorder = dnnl::reorder(dnnl::reorder::primitive_desc(onednn_cpu_engine(), p.out_prim, onednn_cpu_engine(), p.out_user));
 }
 
 // The primitive of a descriptor and the layouts of its two inputs and its output.
@@ -140,7 +116,7 @@ void set_int8_backward_data(const Key& k, const dnnl::primitive_attr& attr, Conv
       dnnl::deconvolution_forward::desc(dnnl::prop_kind::forward_inference, dnnl::algorithm::deconvolution_direct,
                                         memory::desc(dst_dims, dt::s8, tag::any), memory::desc(wei_t_dims, dt::s8, tag::any),
                                         memory::desc(src_dims, dt::f32, tag::any), strides, pad_l, pad_r),
-      attr, conv_engine());
+      attr, onednn_cpu_engine());
   set_primitive<dnnl::deconvolution_forward>(pd, pd.weights_desc(), pd.src_desc(), pd.dst_desc(), p);
   p.in_user[0] = memory::desc(wei_t_dims, dt::s8, tag::iohw);
   p.in_user[1] = memory::desc(dst_dims, dt::s8, tag::nchw);
@@ -173,14 +149,14 @@ ConvPrimitive create(const Key& k) {
                                                               strides, pad_l, pad_r)
                             : dnnl::convolution_forward::desc(prop, algo, src_any, wei_any, dst_f32_any, strides,
                                                               pad_l, pad_r);
-      dnnl::convolution_forward::primitive_desc pd(d, attr, conv_engine());
+      dnnl::convolution_forward::primitive_desc pd(d, attr, onednn_cpu_engine());
       if (k.relu) {  // eltwise_relu with alpha 0 is a max with zero (NaN and -0 to +0)
         dnnl::primitive_attr relu_attr;  // (a copy of attr would share its handle)
         relu_attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
         dnnl::post_ops ops;
         ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
         relu_attr.set_post_ops(ops);
-        const dnnl::convolution_forward::primitive_desc relu_pd(d, relu_attr, conv_engine(), true);
+        const dnnl::convolution_forward::primitive_desc relu_pd(d, relu_attr, onednn_cpu_engine(), true);
         // The post-op only where it leaves the kernel (its sums) as the plain convolution's.
         p.relu_in_pass = !relu_pd || relu_pd.impl_info_str() != pd.impl_info_str();
         if (!p.relu_in_pass) pd = relu_pd;
@@ -197,12 +173,12 @@ ConvPrimitive create(const Key& k) {
       const dnnl::convolution_forward::primitive_desc hint(
           dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, algo, src_any, wei_any, dst_any, strides,
                                           pad_l, pad_r),
-          conv_engine());
+          onednn_cpu_engine());
       if (k.op == ConvOnednnOp::BACKWARD_DATA) {
         const memory::desc dsrc_f32_any(src_dims, dt::f32, tag::any);
         const dnnl::convolution_backward_data::primitive_desc pd(
             dnnl::convolution_backward_data::desc(algo, dsrc_f32_any, wei_any, dst_any, strides, pad_l, pad_r), attr,
-            conv_engine(), hint);
+            onednn_cpu_engine(), hint);
         set_primitive<dnnl::convolution_backward_data>(pd, pd.weights_desc(), pd.diff_dst_desc(), pd.diff_src_desc(), p);
         p.in_user[0] = memory::desc(wei_dims, t, tag::oihw);
         p.in_user[1] = memory::desc(dst_dims, t, tag::nchw);
@@ -211,7 +187,7 @@ ConvPrimitive create(const Key& k) {
         const memory::desc dwei_f32_any(wei_dims, dt::f32, tag::any);
         const dnnl::convolution_backward_weights::primitive_desc pd(
             dnnl::convolution_backward_weights::desc(algo, src_any, dwei_f32_any, dst_any, strides, pad_l, pad_r), attr,
-            conv_engine(), hint);
+            onednn_cpu_engine(), hint);
         set_primitive<dnnl::convolution_backward_weights>(pd, pd.src_desc(), pd.diff_dst_desc(), pd.diff_weights_desc(), p);
         p.in_user[0] = memory::desc(src_dims, t, tag::nchw);
         p.in_user[1] = memory::desc(dst_dims, t, tag::nchw);
@@ -264,7 +240,7 @@ void check_supported(const ConvOnednnCall& call) {
 }
 
 dnnl::stream& thread_stream() {
-  thread_local dnnl::stream stream(conv_engine());
+  thread_local dnnl::stream stream(onednn_cpu_engine());
   return stream;
 }
 
@@ -300,7 +276,7 @@ const void* int8_weights_for_onednn(const ConvOnednnCall& call) {
 // backward convolutions), or nullptr.
 void run_call(const ConvOnednnCall& call, const memory* prepared_dy) {
   const ConvPrimitive& p = cached(call);
-  dnnl::engine& eng = conv_engine();
+  dnnl::engine& eng = onednn_cpu_engine();
   dnnl::stream& stream = thread_stream();
   const bool int8 = call.type == Precision::INT8;  // INT8 weights: as int8_weights_for_onednn gives them
   const void* in_ptr[2];
@@ -413,7 +389,7 @@ void conv_onednn_run_backward(const ConvOnednnCall& data, const ConvOnednnCall& 
   }
   // Both want dy in the same blocked layout: reorder it once (a buffer of its own role).
   thread_local GrowingBuffer dy_buffer;
-  dnnl::engine& eng = conv_engine();
+  dnnl::engine& eng = onednn_cpu_engine();
   memory user(pd.in_user[1], eng, const_cast<void*>(data.dy));
   memory blocked(pd.in_prim[1], eng, dy_buffer.get(pd.in_prim[1].get_size()));
   pd.in_reorder[1].execute(thread_stream(), user, blocked);

@@ -19,6 +19,7 @@
 #include <omp.h>
 
 #include "kernels/cpu/gemm_operand_pack.h"
+#include "kernels/cpu/onednn_host.h"
 #include "kernels/cpu_isa.h"
 
 namespace qsync {
@@ -27,11 +28,6 @@ namespace {
 using dnnl::memory;
 using namespace gemm_pack;
 using dt = dnnl::memory::data_type;
-
-dnnl::engine& cpu_engine() {
-  static dnnl::engine engine(dnnl::engine::kind::cpu, 0);
-  return engine;
-}
 
 bool is_ref_impl(const std::string& impl) { return impl.empty() || impl.rfind("ref", 0) == 0; }
 
@@ -98,7 +94,7 @@ Matmul matmul_create(const MatmulKey& key) {
   try {
     const dnnl::matmul::desc desc = key.bias ? dnnl::matmul::desc(a, b, bias_desc(key.n), c)
                                              : dnnl::matmul::desc(a, b, c);
-    mm.pd = dnnl::matmul::primitive_desc(desc, attr, cpu_engine());
+    mm.pd = dnnl::matmul::primitive_desc(desc, attr, onednn_cpu_engine());
     mm.prim = dnnl::matmul(mm.pd);
     mm.impl = mm.pd.impl_info_str();
   } catch (const dnnl::error&) {
@@ -179,7 +175,7 @@ void run_matmul(const MatmulKey& key, const MatmulOperands& o, int64_t j0) {
   if (mm.impl.empty())
     throw GemmError("gemm: oneDNN has no matmul for " + std::string(o.a_precision) +
                     " with these layouts; use the ref backend");
-  dnnl::engine& eng = cpu_engine();
+  dnnl::engine& eng = onednn_cpu_engine();
   thread_local dnnl::stream stream(eng);
   const auto* b = static_cast<const uint8_t*>(o.b) + j0 * (key.tb ? key.ldb : 1) * o.b_elem;
   std::unordered_map<int, memory> args = {
@@ -340,19 +336,14 @@ class GemmBackendOnednn final : public GemmBackend {
     // The bias rides in oneDNN's epilogue where it is the same single FP32 add as the pass after
     // (acc + bias[j]): no output scales (they would scale the bias too) and no beta (the sum
     // post-op comes after the bias, another order of adds).
-    MatmulKey key{a_type, b_type, d.m, d.n, d.k, route_ta, route_tb, lda, ldb, ldc, mask, beta, zero_point, false};
+    MatmulKey key{a_type, b_type, d.m, d.n, d.k, route_ta, route_tb, lda, ldb, ldc, mask, beta, zero_point};
     if (d.bias != nullptr && mask < 0 && !a_per_row && beta == 0.0f) {
       key.bias = true;  // unless oneDNN has only its reference kernel with a bias here
       if (is_ref_impl(matmul_cached(key).impl)) key.bias = false;
     }
     const bool bias_fused = key.bias;
-    const MatmulOperands operands{a_ptr,
-                                  b_ptr,
-                                  emulated ? 4 : precision_bytes(d.b.precision),
-                                  c_ptr,
-                                  d.bias,
-                                  scales,
-                                  precision_name(d.a.precision)};
+    const int b_elem = emulated ? 4 : precision_bytes(d.b.precision);
+    const MatmulOperands operands{a_ptr, b_ptr, b_elem, c_ptr, d.bias, scales, precision_name(d.a.precision)};
     const int slices = column_slices(key);
     if (slices > 1) {
       run_column_slices(key, operands, slices);

@@ -6,8 +6,8 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <vector>
 
+#include "kernels/cpu/onednn_host.h"
 #include "kernels/gemm.h"
 
 namespace qsync::gemm_pack {
@@ -17,12 +17,8 @@ namespace qsync::gemm_pack {
 enum BufferRole { A_FP32, B_FP32, A_PACKED, B_PACKED, C_SCRATCH, SCALES, BUFFER_ROLES };
 template <class T>
 T* thread_buffer(BufferRole role, size_t count) {
-  thread_local std::vector<uint8_t> buffers[BUFFER_ROLES];
-  std::vector<uint8_t>& b = buffers[role];
-  const size_t bytes = count * sizeof(T) + 64;
-  if (b.size() < bytes) b.resize(bytes);
-  const uintptr_t p = reinterpret_cast<uintptr_t>(b.data());
-  return reinterpret_cast<T*>((p + 63) / 64 * 64);  // 64-byte aligned
+  thread_local GrowingBuffer buffers[BUFFER_ROLES];
+  return static_cast<T*>(buffers[role].get(count * sizeof(T)));
 }
 
 // Copies a stored matrix into the other layout: (rows, cols) with stride ld -> (cols, rows) packed.
