@@ -223,8 +223,10 @@ void run_column_slices(const MatmulKey& key, const MatmulOperands& o, int slices
 #pragma omp parallel num_threads(slices)
   {
     omp_set_num_threads(1);  // oneDNN, built and run inside, sees one thread (this task's setting)
-    const int64_t j0 = omp_get_thread_num() * width;
-    if (j0 < key.n) {
+    // Every slice even where the team came out smaller than asked (OMP_THREAD_LIMIT, say).
+    for (int t = omp_get_thread_num(); t < slices; t += omp_get_num_threads()) {
+      const int64_t j0 = t * width;
+      if (j0 >= key.n) continue;
       MatmulKey slice = key;
       slice.n = std::min(width, key.n - j0);
       slice.one_thread = true;
