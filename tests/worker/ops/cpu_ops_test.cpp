@@ -246,6 +246,34 @@ TEST(CpuOps, DequantizeAndRoundMatchTheScalarOraclesAtAnyThreadCount) {
 
 // With a loss scale S = 2^k the gradients carry S; the update unscales them exactly, so the
 // weights equal those of the unscaled step; a non-finite gradient skips the whole update.
+// The bias gradient sums each column over the rows in row order, as the plain loop does, at any
+// thread count (threads take blocks of 64 columns): widths under, at and past a block and not a
+// multiple of 16, bit for bit the scalar loop at 1, 2 and 3 threads, added to what db held.
+TEST(CpuOps, BiasGradRowsIsThePlainLoopAtAnyThreadCount) {
+  DeviceOps& ops = cpu_ops();
+  const int default_threads = omp_get_max_threads();
+  for (const int64_t n : {int64_t{1}, int64_t{17}, int64_t{64}, int64_t{200}}) {
+    const int64_t m = (1 << 17) / n + 3;  // past the size below which it stays on one thread
+    Tensor dy = Tensor::empty({m, n}, Precision::FP32, nullptr);
+    std::mt19937 rng(static_cast<uint32_t>(n));
+    std::normal_distribution<float> dist;
+    for (int64_t i = 0; i < m * n; ++i) dy.f32()[i] = dist(rng);
+    std::vector<float> start(static_cast<size_t>(n)), want(static_cast<size_t>(n));
+    for (int64_t j = 0; j < n; ++j) want[size_t(j)] = start[size_t(j)] = dist(rng);
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) want[size_t(j)] += dy.f32()[i * n + j];
+    for (const int threads : {1, 2, 3}) {
+      omp_set_num_threads(threads);
+      Tensor db = Tensor::empty({n}, Precision::FP32, nullptr);
+      std::memcpy(db.f32(), start.data(), size_t(n) * sizeof(float));
+      ops.bias_grad_rows(dy, db);
+      EXPECT_EQ(0, std::memcmp(db.f32(), want.data(), size_t(n) * sizeof(float)))
+          << "n=" << n << ", " << threads << " threads";
+    }
+  }
+  omp_set_num_threads(default_threads);
+}
+
 TEST(CpuOps, OptimizerUnscalesAndSkipsNonFiniteSteps) {
   for (bool adamw : {true, false}) {
     Parameter a, b;
