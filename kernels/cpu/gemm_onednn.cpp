@@ -3,7 +3,7 @@
 // Transposes are expressed as memory strides; when oneDNN has only its slow reference kernel
 // for a layout (int8 with a transposed A, say), the operand is repacked into a layout it runs
 // natively. Precisions without a native kernel are decoded to FP32 first ("emulated"). INT8
-// products with few rows (weight gradients) run as column slices, one oneDNN call per thread.
+// products with few rows and many columns run as column slices, one oneDNN call per thread.
 #include "kernels/cpu/gemm_onednn.h"
 
 #include <algorithm>
@@ -203,17 +203,20 @@ void run_matmul(const MatmulKey& key, const MatmulOperands& o, int64_t j0) {
   stream.wait();
 }
 
-// INT8 products with few rows: the weight gradients of int8-all layers, (out, in) summed over
-// the batch. oneDNN's own threads split these along K or M and each packs a whole operand, so a
-// second thread bought only 1.4-1.6x. Instead each thread runs oneDNN alone on its own slice of
-// C's columns. Every entry is still the same exact int32 sum under the same epilogue, so the
-// bits do not depend on the split. Two threads, medians of 60 calls (AMD EPYC Zen 5): the
-// CNN's conv2 weight gradient (32 x 288 x 1568) 98 -> 81 us on cpu-avx2, 39 -> 27 on
-// cpu-avx512-bf16; (128 x 1024 x 784) and (256 x 3136 x 128) within 5% either way; a product of
-// under 4 M multiply-adds is left whole (the team's start costs more than it saves there).
+// INT8 products with few rows and many columns, such as the convolutions' weight gradients in
+// int8-all ((out, in * k * k) summed over the batch). oneDNN's own threads split these along K
+// or M, each packing a whole operand, so a second thread bought only 1.4-1.6x. Instead each
+// thread runs oneDNN alone on its own slice of C's columns. Every entry is still the same exact
+// int32 sum under the same epilogue, so the bits do not depend on the split. Each thread packs
+// all of A, so a slice pays where A is small beside B: at least 8 columns a row. Two threads,
+// medians of 60 calls (AMD EPYC Zen 5), sliced against oneDNN's threads: the CNN's conv2 weight
+// gradient (32 x 288 x 1568) 98 -> 81 us on cpu-avx2, 39 -> 27 on cpu-avx512-bf16; 128 x 1024 x
+// 784 within 5%; the char-GPT's (128 x 512 x 2048) 2-16% slower sliced, the MLP's (1024 x 1024 x
+// 128) up to 1.9x slower: left whole, as are products of under 4 M multiply-adds (the team's
+// start costs more than it saves there).
 int column_slices(const MatmulKey& key) {
   const bool int8 = (key.a_type == dt::s8 || key.a_type == dt::u8) && key.b_type == dt::s8;
-  if (!int8 || key.m > 256 || key.m * key.n * key.k < (int64_t(1) << 22) || omp_in_parallel()) return 1;
+  if (!int8 || key.n < 8 * key.m || key.m * key.n * key.k < (int64_t(1) << 22) || omp_in_parallel()) return 1;
   return int(std::clamp<int64_t>(key.n / 64, 1, omp_get_max_threads()));
 }
 
