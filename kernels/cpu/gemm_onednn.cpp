@@ -13,7 +13,6 @@
 #include <mutex>
 #include <string>
 #include <tuple>
-#include <vector>
 
 #include <dnnl.hpp>
 #include <omp.h>
@@ -195,10 +194,10 @@ void run_matmul(const MatmulKey& key, const MatmulOperands& o, int64_t j0) {
     args.emplace(DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_SRC, memory(zd, eng, &src_zero_point));
   }
   // This thread's scratchpad, grown to the largest any call of it needed (never shared).
-  thread_local std::vector<uint8_t> scratchpad;
+  thread_local GrowingBuffer scratchpad;
   const size_t scratch_bytes = mm.pd.scratchpad_desc().get_size();
-  if (scratchpad.size() < scratch_bytes) scratchpad.resize(scratch_bytes);
-  if (scratch_bytes > 0) args.emplace(DNNL_ARG_SCRATCHPAD, memory(mm.pd.scratchpad_desc(), eng, scratchpad.data()));
+  if (scratch_bytes > 0)
+    args.emplace(DNNL_ARG_SCRATCHPAD, memory(mm.pd.scratchpad_desc(), eng, scratchpad.get(scratch_bytes)));
   mm.prim.execute(stream, args);
   stream.wait();
 }
