@@ -3,32 +3,25 @@
 // Transposes are expressed as memory strides; when oneDNN has only its slow reference kernel
 // for a layout (int8 with a transposed A, say), the operand is repacked into a layout it runs
 // natively. Precisions without a native kernel are decoded to FP32 first ("emulated"). INT8
-// products with few rows and many columns run as column slices, one oneDNN call per thread.
+// products with few rows and many columns, or a long K, run as slices, one oneDNN call per
+// thread (gemm_int8_slices.h).
 #include "kernels/cpu/gemm_onednn.h"
 
-#include <algorithm>
-#include <exception>
 #include <map>
-#include <unordered_map>
 #include <mutex>
 #include <string>
 #include <tuple>
 
-#include <dnnl.hpp>
-#include <omp.h>
-
+#include "kernels/cpu/gemm_int8_slices.h"
 #include "kernels/cpu/gemm_operand_pack.h"
-#include "kernels/cpu/onednn_host.h"
+#include "kernels/cpu/onednn_matmul.h"
 #include "kernels/cpu_isa.h"
 
 namespace qsync {
 namespace {
 
-using dnnl::memory;
 using namespace gemm_pack;
-using dt = dnnl::memory::data_type;
-
-bool is_ref_impl(const std::string& impl) { return impl.empty() || impl.rfind("ref", 0) == 0; }
+using namespace onednn_matmul;
 
 // The oneDNN data type an operand is handed over in, when oneDNN computes it natively.
 dt native_type(Precision p, bool int8_unsigned) {
@@ -39,76 +32,6 @@ dt native_type(Precision p, bool int8_unsigned) {
     case Precision::INT8: return int8_unsigned ? dt::u8 : dt::s8;
     default: return dt::undef;  // TF32, FP8: always through FP32
   }
-}
-
-// One matmul configuration: the key of the primitive cache.
-struct MatmulKey {
-  dt a_type, b_type;
-  int64_t m, n, k;
-  bool ta, tb;
-  int64_t lda, ldb, ldc;
-  int scale_mask;  // -1: no output scales, 0: one scale, 2: per column of C
-  float beta;
-  bool a_zero_point = false;  // u8 A with a runtime source zero point (see Int8Input)
-  bool bias = false;          // an FP32 (1, n) bias in the epilogue (only without scales and beta)
-  bool one_thread = false;    // built and run with one OpenMP thread (a column slice, see column_slices)
-  auto tie() const {
-    return std::tie(a_type, b_type, m, n, k, ta, tb, lda, ldb, ldc, scale_mask, beta, a_zero_point, bias, one_thread);
-  }
-  bool operator<(const MatmulKey& o) const { return tie() < o.tie(); }
-};
-
-struct Matmul {
-  dnnl::matmul::primitive_desc pd;
-  dnnl::matmul prim;
-  std::string impl;
-};
-
-memory::desc matrix_desc(int64_t rows, int64_t cols, dt type, bool transposed, int64_t ld) {
-  // Logical (rows, cols); a transposed operand is stored (cols, rows) with row stride ld.
-  const memory::dims strides = transposed ? memory::dims{1, ld} : memory::dims{ld, 1};
-  return memory::desc({rows, cols}, type, strides);
-}
-
-// The bias of a (m, n) product: one FP32 row, broadcast down the columns.
-memory::desc bias_desc(int64_t n) { return memory::desc({1, n}, dt::f32, memory::dims{n, 1}); }
-
-// Builds the primitive, or returns nullopt-like empty impl when oneDNN rejects it.
-Matmul matmul_create(const MatmulKey& key) {
-  const auto a = matrix_desc(key.m, key.k, key.a_type, key.ta, key.lda);
-  const auto b = matrix_desc(key.k, key.n, key.b_type, key.tb, key.ldb);
-  const auto c = matrix_desc(key.m, key.n, dt::f32, false, key.ldc);
-  dnnl::primitive_attr attr;
-  // The caller brings the scratchpad (one per thread): the same cached primitive may run on several
-  // threads at once (tensor-parallel ranks as threads), and a library-owned scratchpad is shared.
-  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-  if (key.scale_mask >= 0) attr.set_output_scales(key.scale_mask, {DNNL_RUNTIME_F32_VAL});
-  if (key.a_zero_point) attr.set_zero_points(DNNL_ARG_SRC, 0, {DNNL_RUNTIME_S32_VAL});
-  if (key.beta != 0.0f) {
-    dnnl::post_ops ops;
-    ops.append_sum(key.beta);
-    attr.set_post_ops(ops);
-  }
-  Matmul mm;
-  try {
-    const dnnl::matmul::desc desc = key.bias ? dnnl::matmul::desc(a, b, bias_desc(key.n), c)
-                                             : dnnl::matmul::desc(a, b, c);
-    mm.pd = dnnl::matmul::primitive_desc(desc, attr, onednn_cpu_engine());
-    mm.prim = dnnl::matmul(mm.pd);
-    mm.impl = mm.pd.impl_info_str();
-  } catch (const dnnl::error&) {
-    mm.impl.clear();
-  }
-  return mm;
-}
-
-const Matmul& matmul_cached(const MatmulKey& key) {
-  static std::mutex mutex;
-  static std::map<MatmulKey, Matmul> cache;
-  std::lock_guard<std::mutex> lock(mutex);
-  auto it = cache.find(key);
-  if (it == cache.end()) it = cache.emplace(key, matmul_create(key)).first;
-  return it->second;
 }
 
 // How a signature will run: the oneDNN types, which operands to repack to which transpose,
@@ -154,93 +77,6 @@ const Route& route_cached(const GemmSignature& s) {
   Route r = route_for(s);
   std::lock_guard<std::mutex> lock(mutex);
   return cache.emplace(key, std::move(r)).first->second;
-}
-
-// What one matmul call reads and writes (pointers as handed to oneDNN).
-struct MatmulOperands {
-  const void* a;
-  const void* b;
-  int b_elem;  // bytes per element of b
-  float* c;
-  const float* bias;    // (n) or nullptr
-  const float* scales;  // output scales: one, or one per column of C
-  const char* a_precision;
-};
-
-// Runs the cached primitive of `key` on columns [j0, j0 + key.n) of C (of B, the scales and the
-// bias likewise); key.n is the slice's width, the strides are the whole matrices'.
-void run_matmul(const MatmulKey& key, const MatmulOperands& o, int64_t j0) {
-  const Matmul& mm = matmul_cached(key);
-  if (mm.impl.empty())
-    throw GemmError("gemm: oneDNN has no matmul for " + std::string(o.a_precision) +
-                    " with these layouts; use the ref backend");
-  dnnl::engine& eng = onednn_cpu_engine();
-  thread_local dnnl::stream stream(eng);
-  const auto* b = static_cast<const uint8_t*>(o.b) + j0 * (key.tb ? key.ldb : 1) * o.b_elem;
-  std::unordered_map<int, memory> args = {
-      {DNNL_ARG_SRC, memory(mm.pd.src_desc(), eng, const_cast<void*>(o.a))},
-      {DNNL_ARG_WEIGHTS, memory(mm.pd.weights_desc(), eng, const_cast<uint8_t*>(b))},
-      {DNNL_ARG_DST, memory(mm.pd.dst_desc(), eng, o.c + j0)},
-  };
-  if (key.bias) args.emplace(DNNL_ARG_BIAS, memory(bias_desc(key.n), eng, const_cast<float*>(o.bias + j0)));
-  if (key.scale_mask >= 0) {
-    const bool per_column = key.scale_mask == 2;
-    const memory::desc sd({per_column ? key.n : 1}, dt::f32, memory::dims{1});
-    args.emplace(DNNL_ARG_ATTR_OUTPUT_SCALES, memory(sd, eng, const_cast<float*>(o.scales + (per_column ? j0 : 0))));
-  }
-  int32_t src_zero_point = U8_SHIFT;
-  if (key.a_zero_point) {
-    const memory::desc zd({1}, dt::s32, memory::dims{1});
-    args.emplace(DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_SRC, memory(zd, eng, &src_zero_point));
-  }
-  // This thread's scratchpad, grown to the largest any call of it needed (never shared).
-  thread_local GrowingBuffer scratchpad;
-  const size_t scratch_bytes = mm.pd.scratchpad_desc().get_size();
-  if (scratch_bytes > 0)
-    args.emplace(DNNL_ARG_SCRATCHPAD, memory(mm.pd.scratchpad_desc(), eng, scratchpad.get(scratch_bytes)));
-  mm.prim.execute(stream, args);
-  stream.wait();
-}
-
-// INT8 products with few rows and many columns, such as the convolutions' weight gradients in
-// int8-all ((out, in * k * k) summed over the batch). oneDNN's own threads split these along K
-// or M, each packing a whole operand, so a second thread bought only 1.4-1.6x. Instead each
-// thread runs oneDNN alone on its own slice of C's columns. Every entry is still the same exact
-// int32 sum under the same epilogue, so the bits do not depend on the split. Each thread packs
-// all of A, so a slice pays where A is small beside B: at least 8 columns a row. Two threads,
-// medians of 60 calls (AMD EPYC Zen 5), sliced against oneDNN's threads: the CNN's conv2 weight
-// gradient (32 x 288 x 1568) 98 -> 81 us on cpu-avx2, 39 -> 27 on cpu-avx512-bf16; 128 x 1024 x
-// 784 within 5%; the char-GPT's (128 x 512 x 2048) 2-16% slower sliced, the MLP's (1024 x 1024 x
-// 128) up to 1.9x slower: left whole, as are products of under 4 M multiply-adds (the team's
-// start costs more than it saves there).
-int column_slices(const MatmulKey& key) {
-  const bool int8 = (key.a_type == dt::s8 || key.a_type == dt::u8) && key.b_type == dt::s8;
-  if (!int8 || key.n < 8 * key.m || key.m * key.n * key.k < (int64_t(1) << 22) || omp_in_parallel()) return 1;
-  return int(std::clamp<int64_t>(key.n / 64, 1, omp_get_max_threads()));
-}
-
-void run_column_slices(const MatmulKey& key, const MatmulOperands& o, int slices) {
-  const int64_t width = ((key.n + slices - 1) / slices + 15) / 16 * 16;  // whole vectors but the last
-  std::exception_ptr error;
-#pragma omp parallel num_threads(slices)
-  {
-    omp_set_num_threads(1);  // oneDNN, built and run inside, sees one thread (this task's setting)
-    // Every slice even where the team came out smaller than asked (OMP_THREAD_LIMIT, say).
-    for (int t = omp_get_thread_num(); t < slices; t += omp_get_num_threads()) {
-      const int64_t j0 = t * width;
-      if (j0 >= key.n) continue;
-      MatmulKey slice = key;
-      slice.n = std::min(width, key.n - j0);
-      slice.one_thread = true;
-      try {
-        run_matmul(slice, o, j0);
-      } catch (...) {
-#pragma omp critical(qsync_gemm_slice_error)
-        if (!error) error = std::current_exception();
-      }
-    }
-  }
-  if (error) std::rethrow_exception(error);
 }
 
 class GemmBackendOnednn final : public GemmBackend {
@@ -348,6 +184,11 @@ class GemmBackendOnednn final : public GemmBackend {
     const bool bias_fused = key.bias;
     const int b_elem = emulated ? 4 : precision_bytes(d.b.precision);
     const MatmulOperands operands{a_ptr, b_ptr, b_elem, c_ptr, d.bias, scales, precision_name(d.a.precision)};
+    if (k_sliced(key)) {  // scales, per-row scales and beta applied with the slices' sum
+      run_k_slices(key, operands, {scales, mask, a_per_row ? d.a.scales : nullptr, d.beta, d.c, d.ldc});
+      gemm_add_bias_rows(d);  // never fused into a slice
+      return;
+    }
     const int slices = column_slices(key);
     if (slices > 1) {
       run_column_slices(key, operands, slices);

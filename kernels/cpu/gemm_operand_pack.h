@@ -14,7 +14,7 @@ namespace qsync::gemm_pack {
 
 // This thread's buffer of one role, grown to the largest request and reused: the per-call
 // operand copies touch no fresh pages (and zero nothing) in the steady state.
-enum BufferRole { A_FP32, B_FP32, A_PACKED, B_PACKED, C_SCRATCH, SCALES, BUFFER_ROLES };
+enum BufferRole { A_FP32, B_FP32, A_PACKED, B_PACKED, C_SCRATCH, SCALES, K_PARTIALS, BUFFER_ROLES };
 template <class T>
 T* thread_buffer(BufferRole role, size_t count) {
   thread_local GrowingBuffer buffers[BUFFER_ROLES];

@@ -9,6 +9,7 @@
 #include "kernels/cpu/conv_onednn.h"
 
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <cmath>
@@ -262,6 +263,17 @@ TEST(ConvOnednn, Int8ForwardAndBackwardDataMatchTheNaiveConvolutionExactly) {
 TEST(ConvOnednn, Int8CallsInChunksOfSamplesMatchTheNaiveConvolutionExactly) {
   testing::activate_test_device_class();
   check_int8({7, 40, 32, 32, 64, 3, 1, 1});
+}
+
+// With several threads each runs oneDNN alone over its own samples, in runs of at most a chunk:
+// 13 samples, 4 a chunk, on 3 threads are 4, 4 and 3 + 2 (forward); at 6 a chunk, 6 and 4 + 3 on
+// 2 threads (input gradient). The sums are exact, so any split must give the naive bits.
+TEST(ConvOnednn, Int8CallsSplitOverThreadsMatchTheNaiveConvolutionExactly) {
+  testing::activate_test_device_class();
+  const int threads = omp_get_max_threads();
+  omp_set_num_threads(3);
+  check_int8({13, 40, 32, 32, 64, 3, 1, 1});
+  omp_set_num_threads(threads);
 }
 
 TEST(ConvOnednn, Int8WeightsBeyondSevenBitsAreRefusedWithoutVnni) {
