@@ -121,8 +121,14 @@ ConvOnednnCall onednn_forward_call(const Tensor& xc, const Tensor& wc, const Ten
 // than the whole-tensor cast it saves (the ViT's 4x4 patch grid: 16).
 constexpr int64_t MIN_CONVERTED_PLANE = 64;
 
-// Samples per chunk: about 2048 GEMM columns, so a chunk's columns stay in L2.
-int64_t chunk_samples(const ConvGeometry& g) { return std::max<int64_t>(1, 2048 / (g.oh * g.ow)); }
+// Samples per chunk: about 2048 GEMM columns, so a chunk's columns stay in L2; more while its
+// im2col columns (elem bytes each) stay within 256 KiB: a layer with few taps (a first convolution
+// on one channel) would otherwise run dozens of tiny weight-gradient products, each paying a
+// call's start.
+int64_t chunk_samples(const ConvGeometry& g, int elem) {
+  const int64_t hw = g.oh * g.ow, cols_bytes = g.c * g.k * g.k * hw * elem;
+  return std::max<int64_t>({1, 2048 / hw, (int64_t{256} << 10) / cols_bytes});
+}
 
 }  // namespace
 
@@ -174,8 +180,8 @@ void CpuOps::conv2d_forward(const Tensor& xc, const Tensor& wc, const Tensor* bi
     return;
   }
   const int64_t batch = xc.dim(0), hw = g.oh * g.ow, ckk = g.c * g.k * g.k, o = wc.dim(0);
-  const int64_t chunk = std::min(batch, chunk_samples(g));
   const int elem = precision_bytes(xc.precision());
+  const int64_t chunk = std::min(batch, chunk_samples(g, elem));
   Tensor cols = Tensor::empty({ckk, chunk * hw}, xc.precision(), ctx.memory, layer + " im2col");
   Tensor y_cm = Tensor::empty({o, chunk * hw}, Precision::FP32, ctx.memory, layer + " output (channel-major)");
   const float* b = bias != nullptr ? bias->f32() : nullptr;
@@ -317,8 +323,8 @@ void CpuOps::conv2d_backward(const Conv2dBackward& a, const ConvGeometry& g, Ste
   const Tensor gq = cast_whole ? a.cast_dy(dy, a.relu_mask, dy_amax) : Tensor();  // (B, O, H', W') quantized
   const bool dx_on_im2col = a.dx != nullptr && !(cast_whole && conv2d_input_grad_onednn(gq, wb, g, *a.dx, ctx, layer));
   if (dx_on_im2col) fill_zero(*a.dx);
-  const int64_t chunk = std::min(batch, chunk_samples(g));
   const int elem = precision_bytes(xb.precision());
+  const int64_t chunk = std::min(batch, chunk_samples(g, elem));
   const Precision g_type = cast_whole ? gq.precision() : Precision::FP32;
   const size_t g_elem = size_t(precision_bytes(g_type));
   Tensor dy_cm = Tensor::empty({o, chunk * hw}, g_type, ctx.memory, layer + " gradient (channel-major)");
