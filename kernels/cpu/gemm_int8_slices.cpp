@@ -69,6 +69,33 @@ bool k_sliced(const MatmulKey& key) {
 }
 
 
+namespace {
+
+// Row i of C from the slices' int32 sums (each row of slice 0 takes the others' in place), in
+// loops the compiler vectorizes: out = sum * scale(j) (* row scale(i)) (+ beta * out).
+void add_slices_and_scale(int32_t* partials, int slices, int64_t m, int64_t n, int64_t i, const SliceEpilogue& e) {
+  int32_t* sum = partials + i * n;
+  for (int t = 1; t < slices; ++t) {
+    const int32_t* part = partials + (t * m + i) * n;
+    for (int64_t j = 0; j < n; ++j) sum[j] += part[j];
+  }
+  const bool per_column = e.scale_mask == 2;
+  const float* scales = e.scales;
+  const float one_scale = e.scale_mask == 0 ? e.scales[0] : 1.0f;  // 1: no scales (an exact product)
+  float* out = e.c + i * e.ldc;
+  if (e.row_scales != nullptr) {  // as the whole call's pass after oneDNN (gemm_onednn.cpp)
+    const float r = e.row_scales[i];
+    for (int64_t j = 0; j < n; ++j)
+      out[j] = r * (float(sum[j]) * (per_column ? scales[j] : one_scale)) + (e.beta == 0.0f ? 0.0f : e.beta * out[j]);
+  } else if (e.beta != 0.0f) {
+    for (int64_t j = 0; j < n; ++j) out[j] = float(sum[j]) * (per_column ? scales[j] : one_scale) + e.beta * out[j];
+  } else {
+    for (int64_t j = 0; j < n; ++j) out[j] = float(sum[j]) * (per_column ? scales[j] : one_scale);
+  }
+}
+
+}  // namespace
+
 void run_k_slices(const MatmulKey& whole, const MatmulOperands& o, const SliceEpilogue& e) {
   const int64_t m = whole.m, n = whole.n;
   const int slices = omp_in_parallel() ? 1 : int(std::clamp<int64_t>(whole.k / 256, 1, omp_get_max_threads()));
@@ -107,21 +134,7 @@ void run_k_slices(const MatmulKey& whole, const MatmulOperands& o, const SliceEp
     }
 #pragma omp barrier
 #pragma omp for schedule(static)
-    for (int64_t i = 0; i < m; ++i) {
-      float* out = e.c + i * e.ldc;
-      for (int64_t j = 0; j < n; ++j) {
-        int32_t sum = partials[i * n + j];
-        for (int t = 1; t < slices; ++t) sum += partials[(t * m + i) * n + j];
-        float v = float(sum);
-        if (e.scale_mask >= 0) v *= e.scales[e.scale_mask == 2 ? j : 0];
-        if (e.row_scales != nullptr) {
-          v = e.row_scales[i] * v + (e.beta == 0.0f ? 0.0f : e.beta * out[j]);
-        } else if (e.beta != 0.0f) {
-          v = v + e.beta * out[j];
-        }
-        out[j] = v;
-      }
-    }
+    for (int64_t i = 0; i < m; ++i) add_slices_and_scale(partials, slices, m, n, i, e);
   }
   if (error) std::rethrow_exception(error);
 }
