@@ -196,6 +196,18 @@ void run_sample_runs(const ConvOnednnCall& call, const SampleRuns& runs, int64_t
   }
 }
 
+// Whether oneDNN has a kernel for call c run by a thread alone (threads > 1: the one-thread
+// primitive a team's thread will build; checked under the team's count, the check would build a
+// primitive that never runs).
+bool supported_per_thread(const ConvOnednnCall& c, int threads) {
+  if (threads == 1) return conv_onednn_supports(c);
+  const int team = omp_get_max_threads();
+  omp_set_num_threads(1);
+  const bool supported = conv_onednn_supports(c);
+  omp_set_num_threads(team);
+  return supported;
+}
+
 // An INT8 call in runs of samples whose FP32 sums stay in L2 (1 MiB of them) until the output
 // transform reads them; the whole call when a run's shape has no kernel. Measured on Zen 5,
 // cpu-avx2, the zoo CNN: conv2's forward 9.8 -> 9.2 ms (256 KiB runs: 10.0, 4 MiB: 9.4).
@@ -222,7 +234,7 @@ void run_int8_in_chunks(const ConvOnednnCall& whole) {
     for (int64_t i = 0; i < std::min<int64_t>(runs.back().pieces, 2) && supported; ++i) {
       ConvOnednnCall c = call;
       c.shape.n = runs.back().size(i == 0 ? 0 : runs.back().pieces - 1);  // the largest and smallest
-      supported = conv_onednn_supports(c);
+      supported = supported_per_thread(c, threads);
     }
   }
   if (!supported) return run_call(call, nullptr);
