@@ -41,8 +41,10 @@ bool int8_weights_doubled(Precision type) { return type == Precision::INT8 && cp
 void run_reorder(const Reorder& r, dnnl::stream& stream, const memory& from, const memory& to) {
   std::unordered_map<int, memory> args = {{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, to}};
   const size_t bytes = r.scratch.get_size();
-  if (bytes > 0)
-    args.emplace(DNNL_ARG_SCRATCHPAD, memory(r.scratch, onednn_cpu_engine(), thread_buffer(REORDER_SCRATCH).get(bytes)));
+  if (bytes > 0) {
+    void* scratch = thread_buffer(REORDER_SCRATCH).get(bytes);
+    args.emplace(DNNL_ARG_SCRATCHPAD, memory(r.scratch, onednn_cpu_engine(), scratch));
+  }
   r.prim.execute(stream, args);
 }
 

@@ -68,7 +68,6 @@ bool k_sliced(const MatmulKey& key) {
          key.m * key.n * key.k >= (int64_t(1) << 22);
 }
 
-
 namespace {
 
 // Row i of C from the slices' int32 sums (each row of slice 0 takes the others' in place), in
@@ -100,7 +99,8 @@ void run_k_slices(const MatmulKey& whole, const MatmulOperands& o, const SliceEp
   const int64_t m = whole.m, n = whole.n;
   const int slices = omp_in_parallel() ? 1 : int(std::clamp<int64_t>(whole.k / 256, 1, omp_get_max_threads()));
   const int64_t depth = ((whole.k + slices - 1) / slices + 3) / 4 * 4;  // whole groups of 4 but the last
-  int32_t* partials = gemm_pack::thread_buffer<int32_t>(gemm_pack::K_PARTIALS, size_t(slices * m * n));  // (slices, m, n)
+  // (slices, m, n): each slice's int32 sums
+  int32_t* partials = gemm_pack::thread_buffer<int32_t>(gemm_pack::K_PARTIALS, size_t(slices * m * n));
   std::exception_ptr error;
 #pragma omp parallel num_threads(slices)
   {
@@ -138,4 +138,5 @@ void run_k_slices(const MatmulKey& whole, const MatmulOperands& o, const SliceEp
   }
   if (error) std::rethrow_exception(error);
 }
+
 }  // namespace qsync::onednn_matmul
