@@ -6,7 +6,6 @@
 
 #include <algorithm>
 #include <cstdlib>
-#include <exception>
 #include <stdexcept>
 #include <string>
 #include <unordered_map>
@@ -241,20 +240,7 @@ void run_int8_in_chunks(const ConvOnednnCall& whole) {
   }
   if (!supported) return run_call(call, nullptr);
   if (threads == 1) return run_sample_runs(call, runs[0], in_bytes, out_floats);
-  std::exception_ptr error;
-#pragma omp parallel num_threads(threads)
-  {
-    omp_set_num_threads(1);  // oneDNN, built and run inside, sees one thread (this task's setting)
-    for (int t = omp_get_thread_num(); t < threads; t += omp_get_num_threads()) {
-      try {
-        run_sample_runs(call, runs[size_t(t)], in_bytes, out_floats);
-      } catch (...) {
-#pragma omp critical(qsync_conv_runs_error)
-        if (!error) error = std::current_exception();
-      }
-    }
-  }
-  if (error) std::rethrow_exception(error);
+  run_parts_one_thread_each(threads, [&](int t) { run_sample_runs(call, runs[size_t(t)], in_bytes, out_floats); });
 }
 
 }  // namespace

@@ -5,9 +5,9 @@
 #include <omp.h>
 
 #include <algorithm>
-#include <exception>
 
 #include "kernels/cpu/gemm_operand_pack.h"
+#include "kernels/cpu/onednn_host.h"
 
 namespace qsync::onednn_matmul {
 
@@ -34,26 +34,14 @@ int column_slices(const MatmulKey& key) {
 
 void run_column_slices(const MatmulKey& key, const MatmulOperands& o, int slices) {
   const int64_t width = ((key.n + slices - 1) / slices + 15) / 16 * 16;  // whole vectors but the last
-  std::exception_ptr error;
-#pragma omp parallel num_threads(slices)
-  {
-    omp_set_num_threads(1);  // oneDNN, built and run inside, sees one thread (this task's setting)
-    // Every slice even where the team came out smaller than asked (OMP_THREAD_LIMIT, say).
-    for (int t = omp_get_thread_num(); t < slices; t += omp_get_num_threads()) {
-      const int64_t j0 = t * width;
-      if (j0 >= key.n) continue;
-      MatmulKey slice = key;
-      slice.n = std::min(width, key.n - j0);
-      slice.one_thread = true;
-      try {
-        run_matmul(slice, o, j0);
-      } catch (...) {
-#pragma omp critical(qsync_gemm_slice_error)
-        if (!error) error = std::current_exception();
-      }
-    }
-  }
-  if (error) std::rethrow_exception(error);
+  run_parts_one_thread_each(slices, [&](int t) {
+    const int64_t j0 = t * width;
+    if (j0 >= key.n) return;
+    MatmulKey slice = key;
+    slice.n = std::min(width, key.n - j0);
+    slice.one_thread = true;
+    run_matmul(slice, o, j0);
+  });
 }
 
 // INT8 products with a long K: convolutions' weight gradients (summed over a chunk of samples), a
@@ -101,42 +89,29 @@ void run_k_slices(const MatmulKey& whole, const MatmulOperands& o, const SliceEp
   const int64_t depth = ((whole.k + slices - 1) / slices + 3) / 4 * 4;  // whole groups of 4 but the last
   // (slices, m, n): each slice's int32 sums
   int32_t* partials = gemm_pack::thread_buffer<int32_t>(gemm_pack::K_PARTIALS, size_t(slices * m * n));
-  std::exception_ptr error;
-#pragma omp parallel num_threads(slices)
-  {
-    const int team = omp_get_num_threads();
-    omp_set_num_threads(1);  // oneDNN, built and run inside, sees one thread (this task's setting)
-    for (int t = omp_get_thread_num(); t < slices; t += team) {
-      int32_t* part = partials + t * m * n;
-      const int64_t k0 = t * depth;
-      if (k0 >= whole.k) {
-        std::fill(part, part + m * n, 0);
-        continue;
-      }
-      MatmulKey key = whole;
-      key.k = std::min(depth, whole.k - k0);
-      key.ldc = n;
-      key.scale_mask = -1;
-      key.beta = 0.0f;
-      key.bias = false;
-      key.one_thread = true;
-      key.c_type = dt::s32;
-      MatmulOperands slice = o;
-      slice.a = static_cast<const uint8_t*>(o.a) + (key.ta ? k0 * key.lda : k0);
-      slice.b = static_cast<const uint8_t*>(o.b) + (key.tb ? k0 : k0 * key.ldb);
-      slice.c = part;
-      try {
-        run_matmul(key, slice, 0);
-      } catch (...) {
-#pragma omp critical(qsync_gemm_slice_error)
-        if (!error) error = std::current_exception();
-      }
+  run_parts_one_thread_each(slices, [&](int t) {
+    int32_t* part = partials + t * m * n;
+    const int64_t k0 = t * depth;
+    if (k0 >= whole.k) {
+      std::fill(part, part + m * n, 0);
+      return;
     }
-#pragma omp barrier
-#pragma omp for schedule(static)
-    for (int64_t i = 0; i < m; ++i) add_slices_and_scale(partials, slices, m, n, i, e);
-  }
-  if (error) std::rethrow_exception(error);
+    MatmulKey key = whole;
+    key.k = std::min(depth, whole.k - k0);
+    key.ldc = n;
+    key.scale_mask = -1;
+    key.beta = 0.0f;
+    key.bias = false;
+    key.one_thread = true;
+    key.c_type = dt::s32;
+    MatmulOperands slice = o;
+    slice.a = static_cast<const uint8_t*>(o.a) + (key.ta ? k0 * key.lda : k0);
+    slice.b = static_cast<const uint8_t*>(o.b) + (key.tb ? k0 : k0 * key.ldb);
+    slice.c = part;
+    run_matmul(key, slice, 0);
+  });
+#pragma omp parallel for schedule(static) if (slices > 1)
+  for (int64_t i = 0; i < m; ++i) add_slices_and_scale(partials, slices, m, n, i, e);
 }
 
 }  // namespace qsync::onednn_matmul

@@ -1,9 +1,11 @@
 // File: kernels/cpu/onednn_host.h
 // What the host's oneDNN backends (gemm_onednn.cpp, conv_onednn.cpp) share: the process's one
-// CPU engine, and per-thread buffers that grow to the largest request and are then reused.
+// CPU engine, per-thread buffers that grow to the largest request and are then reused, and a
+// team whose threads each run oneDNN alone on a part of one call.
 #pragma once
 
 #include <cstddef>
+#include <functional>
 
 #include <dnnl.hpp>
 
@@ -26,5 +28,12 @@ class GrowingBuffer {
   void* data_ = nullptr;
   size_t size_ = 0;
 };
+
+// Runs part(t) for every t < parts on a team of `parts` threads, each part on one thread with
+// oneDNN seeing one thread (omp_set_num_threads(1) inside: the primitives built and run there
+// are single-threaded; their cache keys must say so). Every part runs even where the team comes
+// out smaller than asked (OMP_THREAD_LIMIT, say); the first exception a part throws is rethrown
+// after the team.
+void run_parts_one_thread_each(int parts, const std::function<void(int)>& part);
 
 }  // namespace qsync
