@@ -4,12 +4,7 @@
 // of the validated object; and back to JSON.
 #include "planner/job_spec.h"
 
-#include <yaml-cpp/yaml.h>
-
 #include <filesystem>
-#include <algorithm>
-#include <cmath>
-#include <regex>
 #include <set>
 #include <stdexcept>
 
@@ -123,79 +118,6 @@ json pool_entry_json(const PoolEntry& p, bool inference) {
   return out;
 }
 
-// The offset of the first byte that does not belong to well-formed UTF-8 (npos: none).
-size_t first_invalid_utf8(const std::string& text) {
-  const auto* p = reinterpret_cast<const unsigned char*>(text.data());
-  const size_t n = text.size();
-  for (size_t i = 0; i < n;) {
-    const unsigned c = p[i];
-    size_t len = 0;
-    unsigned lo = 0x80, hi = 0xBF;  // the allowed range of the second byte
-    if (c < 0x80) len = 1;
-    else if (c >= 0xC2 && c <= 0xDF) len = 2;
-    else if (c >= 0xE0 && c <= 0xEF) len = 3, lo = c == 0xE0 ? 0xA0 : 0x80, hi = c == 0xED ? 0x9F : 0xBF;
-    else if (c >= 0xF0 && c <= 0xF4) len = 4, lo = c == 0xF0 ? 0x90 : 0x80, hi = c == 0xF4 ? 0x8F : 0xBF;
-    else return i;
-    if (i + len > n) return i;
-    for (size_t k = 1; k < len; ++k) {
-      const unsigned b = p[i + k];
-      if (k == 1 ? (b < lo || b > hi) : (b < 0x80 || b > 0xBF)) return i;
-    }
-    i += len;
-  }
-  return std::string::npos;
-}
-
-// YAML 1.2 core schema scalars: what a plain (unquoted) scalar reads as.
-json yaml_scalar(const YAML::Node& n) {
-  const std::string& v = n.Scalar();
-  if (n.Tag() == "!") return v;  // quoted: a string
-  if (v.empty() || v == "~" || v == "null" || v == "Null" || v == "NULL") return nullptr;
-  if (v == "true" || v == "True" || v == "TRUE") return true;
-  if (v == "false" || v == "False" || v == "FALSE") return false;
-  // Decimal integers and floats only (no hex, inf or nan: no job field takes them).
-  static const std::regex integer(R"(^[-+]?[0-9]+$)");
-  static const std::regex decimal(R"(^[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?$)");
-  try {
-    if (std::regex_match(v, integer)) return int64_t(std::stoll(v));
-    if (std::regex_match(v, decimal)) return std::stod(v);
-  } catch (const std::out_of_range&) {
-    return v;  // too large for a number: a string, which the field check refuses by name
-  }
-  return v;
-}
-
-// A scalar (a map key too) as yaml-cpp read it must be UTF-8 as well: the file's bytes are checked
-// before parsing, but yaml-cpp can read a scalar holding a NUL byte into bytes that are not.
-void require_utf8_scalar(const YAML::Node& n, const std::string& s) {
-  if (first_invalid_utf8(s) != std::string::npos)
-    throw std::invalid_argument("a value at line " + std::to_string(n.Mark().line + 1) +
-                                " is not valid UTF-8 as YAML reads it: remove the control characters (NUL) there");
-}
-
-json yaml_node_to_json(const YAML::Node& n) {
-  switch (n.Type()) {
-    case YAML::NodeType::Null: return nullptr;
-    case YAML::NodeType::Scalar: require_utf8_scalar(n, n.Scalar()); return yaml_scalar(n);
-    case YAML::NodeType::Sequence: {
-      json out = json::array();
-      for (const YAML::Node& item : n) out.push_back(yaml_node_to_json(item));
-      return out;
-    }
-    case YAML::NodeType::Map: {
-      json out = json::object();
-      for (const auto& kv : n) {
-        const std::string key = kv.first.as<std::string>();
-        require_utf8_scalar(kv.first, key);
-        out[key] = yaml_node_to_json(kv.second);
-      }
-      return out;
-    }
-    case YAML::NodeType::Undefined: break;
-  }
-  return nullptr;
-}
-
 }  // namespace
 
 std::vector<std::string> job_file_local_problems(const JobFile& file) {
@@ -227,62 +149,6 @@ std::vector<std::string> job_file_local_problems(const JobFile& file) {
   return problems;
 }
 
-int64_t parse_memory_quantity(const std::string& s, const std::string& what) {
-  static const std::pair<const char*, int64_t> suffixes[] = {
-      {"Ki", 1ll << 10}, {"Mi", 1ll << 20}, {"Gi", 1ll << 30}, {"Ti", 1ll << 40},
-      {"k", 1000ll},     {"M", 1000000ll},  {"G", 1000000000ll}, {"T", 1000000000000ll}};
-  for (const auto& [suffix, mult] : suffixes) {
-    const std::string sf = suffix;
-    if (s.size() > sf.size() && s.compare(s.size() - sf.size(), sf.size(), sf) == 0) {
-      const std::string number = s.substr(0, s.size() - sf.size());
-      size_t used = 0;
-      double v = 0;
-      try {
-        v = std::stod(number, &used);
-      } catch (const std::exception&) {
-        used = 0;
-      }
-      if (used != number.size() || !(v >= 0)) break;
-      if (!(v * double(mult) < 9.2e18))  // int64 bytes (and no inf or nan)
-        throw std::invalid_argument(what + ": '" + s + "' is too large a memory quantity (at most about 8Ei bytes)");
-      return int64_t(v * double(mult));
-    }
-  }
-  size_t used = 0;
-  int64_t v = -1;
-  try {
-    v = std::stoll(s, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used != s.size() || v < 0)
-    throw std::invalid_argument(what + ": '" + s + "' is not a memory quantity (use e.g. 512Mi, 2Gi or bytes)");
-  return v;
-}
-
-double parse_duration_seconds(const std::string& s, const std::string& what) {
-  static const std::pair<const char*, double> units[] = {{"ms", 1e-3}, {"us", 1e-6}, {"s", 1.0}, {"m", 60.0}};
-  std::string number = s;
-  double unit = 1.0;
-  for (const auto& [suffix, scale] : units) {
-    const std::string sf = suffix;
-    if (s.size() > sf.size() && s.compare(s.size() - sf.size(), sf.size(), sf) == 0) {
-      number = s.substr(0, s.size() - sf.size());
-      unit = scale;
-      break;
-    }
-  }
-  size_t used = 0;
-  double v = -1;
-  try {
-    v = std::stod(number, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (number.empty() || used != number.size() || !(v > 0) || !std::isfinite(v * unit))
-    throw std::invalid_argument(what + ": '" + s + "' is not a positive duration (use e.g. 250ms, 1.5s or seconds)");
-  return v * unit;
-}
 
 JobSpec job_spec_from_json(const json& input) {
   json spec = input;
@@ -433,25 +299,6 @@ std::string JobFile::resolve(const std::string& path) const {
 
 std::string JobFile::model_reference() const {
   return spec.model.zoo.empty() ? resolve(spec.model.name_or_file()) : spec.model.zoo;
-}
-
-
-json job_yaml_to_json(const std::string& text) {
-  // yaml-cpp passes any bytes through; JSON strings must be UTF-8 (nlohmann's dump of an error
-  // message quoting such a value would throw instead of naming the field).
-  if (const size_t bad = first_invalid_utf8(text); bad != std::string::npos) {
-    const size_t line = size_t(std::count(text.begin(), text.begin() + std::ptrdiff_t(bad), '\n')) + 1;
-    throw std::invalid_argument("not valid UTF-8 at line " + std::to_string(line) + " (byte " + std::to_string(bad) +
-                                "): save the file as UTF-8");
-  }
-  YAML::Node root;
-  try {
-    root = YAML::Load(text);
-  } catch (const YAML::Exception& e) {
-    throw std::invalid_argument("malformed YAML at line " + std::to_string(e.mark.line + 1) + ", column " +
-                                std::to_string(e.mark.column + 1) + ": " + e.msg);
-  }
-  return yaml_node_to_json(root);
 }
 
 JobFile job_file_parse(const std::string& text, const std::string& source) {

@@ -206,9 +206,10 @@ JobFile job_file_parse(const std::string& yaml_text, const std::string& source);
 std::vector<std::string> job_file_local_problems(const JobFile& job);
 // A YAML document as JSON (YAML 1.2 core schema: plain scalars that read as integers, floats,
 // booleans or null become those; quoted scalars stay strings). Throws std::invalid_argument with
-// the line and column of malformed YAML.
+// the line and column of malformed YAML (planner/job_yaml.cpp).
 nlohmann::json job_yaml_to_json(const std::string& yaml_text);
 
+// Quantities (planner/job_quantities.cpp).
 // "250ms", "1.5s", "2m", "0.25" (seconds) -> seconds.
 double parse_duration_seconds(const std::string& s, const std::string& what);
 // "2Gi", "512Mi", "1G", "1000000" -> bytes (Kubernetes quantity suffixes).

@@ -25,116 +25,13 @@
 #include <string>
 
 #include "kernels/cuda/cuda_device.h"
+#include "kernels/cuda/float_bits_cuda.cuh"
+#include "kernels/cuda/launch.cuh"
 
 namespace qsync {
 namespace {
-
-cudaStream_t as_stream(void* stream) { return static_cast<cudaStream_t>(stream); }
-
-constexpr int THREADS = 256;
-constexpr int64_t MAX_BLOCKS = 65535;
-
-int64_t blocks_for(int64_t n) { return std::clamp<int64_t>((n + THREADS - 1) / THREADS, 1, MAX_BLOCKS); }
-
-// ---------------------------------------------------------------------------------------------
-// Elementwise launcher: op(i) for i in [0, n), grid-stride.
-template <typename Op>
-__global__ void elementwise_kernel(Op op, int64_t n) {
-  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) op(i);
-}
-
-template <typename Op>
-void launch_elementwise(const Op& op, int64_t n, void* stream) {
-  if (n <= 0) return;
-  elementwise_kernel<<<unsigned(blocks_for(n)), THREADS, 0, as_stream(stream)>>>(op, n);
-  QSYNC_CUDA_CHECK(cudaGetLastError());
-}
-
-// ---------------------------------------------------------------------------------------------
-// Conversions (float_convert_ref.cpp semantics). __host__ __device__ so the host twins in
-// quantize_cuda.h run the very same code (there the intrinsics take their software paths).
-#define QSYNC_HD __host__ __device__ inline
-
-QSYNC_HD uint32_t float_bits(float x) {
-  uint32_t u;
-  memcpy(&u, &x, sizeof(u));
-  return u;
-}
-QSYNC_HD float bits_float(uint32_t u) {
-  float x;
-  memcpy(&x, &u, sizeof(x));
-  return x;
-}
-QSYNC_HD bool is_nan_bits(uint32_t u) { return (u & 0x7fffffffu) > 0x7f800000u; }
-QSYNC_HD bool is_inf_bits(uint32_t u) { return (u & 0x7fffffffu) == 0x7f800000u; }
-// |x| clamped to `max_finite` (finite x only).
-QSYNC_HD float magnitude_clamped(uint32_t u, float max_finite) {
-  const float a = bits_float(u & 0x7fffffffu);
-  return a > max_finite ? max_finite : a;
-}
-
-QSYNC_HD uint16_t fp32_to_fp16_bits(float x) {
-  const uint32_t u = float_bits(x);
-  const uint16_t sign = uint16_t((u >> 16) & 0x8000u);
-  if (is_nan_bits(u)) return uint16_t(sign | 0x7c00u | 0x0200u | ((u >> 13) & 0x3ffu));
-  if (is_inf_bits(u)) return uint16_t(sign | 0x7c00u);
-  const __half_raw h = __float2half_rn(magnitude_clamped(u, 65504.0f));  // finite overflow saturates
-  return uint16_t(sign | h.x);
-}
-
-QSYNC_HD float fp16_bits_to_fp32(uint16_t h) {
-  const uint32_t sign = uint32_t(h & 0x8000u) << 16, man = h & 0x3ffu;
-  if ((h & 0x7c00u) == 0x7c00u && man != 0) return bits_float(sign | 0x7fc00000u | (man << 13));
-  __half_raw raw;
-  raw.x = h;
-  return __half2float(__half(raw));
-}
-
-QSYNC_HD uint16_t fp32_to_bf16_bits(float x) {
-  const uint32_t u = float_bits(x);
-  const uint16_t sign = uint16_t((u >> 16) & 0x8000u);
-  if (is_nan_bits(u)) return uint16_t(sign | 0x7f80u | 0x0040u | ((u >> 16) & 0x7fu));
-  if (is_inf_bits(u)) return uint16_t(sign | 0x7f80u);
-  const __nv_bfloat16_raw b = __float2bfloat16_rn(magnitude_clamped(u, bits_float(0x7f7f0000u)));  // bf16 max
-  return uint16_t(sign | b.x);
-}
-
-QSYNC_HD float bf16_bits_to_fp32(uint16_t b) { return bits_float(uint32_t(b) << 16); }
-
-// E4M3: no inf (inf saturates to 448), one NaN per sign (S.1111.111).
-QSYNC_HD uint8_t fp32_to_e4m3_bits(float x) {
-  const uint32_t u = float_bits(x);
-  const uint8_t sign = uint8_t((u >> 24) & 0x80u);
-  if (is_nan_bits(u)) return uint8_t(sign | 0x7fu);
-  if (is_inf_bits(u)) return uint8_t(sign | 0x7eu);  // 448
-  const float a = magnitude_clamped(u, 448.0f);     // finite overflow saturates
-  if (a <= 0x1p-10f) return sign;  // at most half the smallest subnormal 2^-9: +-0
-  return uint8_t(sign | __nv_cvt_float_to_fp8(a, __NV_SATFINITE, __NV_E4M3));
-}
-
-QSYNC_HD float e4m3_bits_to_fp32(uint8_t v) {
-  if ((v & 0x7fu) == 0x7fu) return bits_float((uint32_t(v & 0x80u) << 24) | 0x7fc00000u | (7u << 20));
-  return __half2float(__half(__nv_cvt_fp8_to_halfraw(v, __NV_E4M3)));
-}
-
-// E5M2: IEEE-like, inf stays inf, NaN keeps the quiet bit and the top payload bit.
-QSYNC_HD uint8_t fp32_to_e5m2_bits(float x) {
-  const uint32_t u = float_bits(x);
-  const uint8_t sign = uint8_t((u >> 24) & 0x80u);
-  if (is_nan_bits(u)) return uint8_t(sign | 0x7cu | 0x02u | ((u >> 21) & 0x3u));
-  if (is_inf_bits(u)) return uint8_t(sign | 0x7cu);
-  const float a = magnitude_clamped(u, 57344.0f);  // finite overflow saturates
-  if (a <= 0x1p-17f) return sign;                   // at most half the smallest subnormal 2^-16: +-0
-  return uint8_t(sign | __nv_cvt_float_to_fp8(a, __NV_SATFINITE, __NV_E5M2));
-}
-
-QSYNC_HD float e5m2_bits_to_fp32(uint8_t v) {
-  const uint32_t man = v & 0x3u;
-  if ((v & 0x7cu) == 0x7cu && man != 0)
-    return bits_float((uint32_t(v & 0x80u) << 24) | 0x7fc00000u | (man << 21));
-  return __half2float(__half(__nv_cvt_fp8_to_halfraw(v, __NV_E5M2)));
-}
+using namespace cuda_bits;    // NOLINT: the conversions of float_bits_cuda.cuh
+using namespace cuda_launch;  // NOLINT: as_stream, THREADS, blocks_for, launch_elementwise
 
 // x * s as one FP32 multiply, except that a NaN x passes through quieted (what x86 returns;
 // the GPU would return its canonical NaN).
