@@ -1,10 +1,11 @@
 // File: operator/reconciler/job_reconcile_pass.h
-// Internal to the job reconciler (job_reconciler.cpp, job_ending.cpp, job_lending_pass.cpp,
-// job_elastic_pass.cpp): what one reconcile pass holds, and the small readers of API objects
-// they share.
+// Internal to the job reconciler (job_reconciler.cpp, job_pods_pass.cpp, job_ending.cpp,
+// job_lending_pass.cpp, job_elastic_pass.cpp): what one reconcile pass holds, and the small
+// readers of API objects they share.
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -28,6 +29,14 @@ struct JobReconciler::Pass {
   std::vector<BorrowSource> sources;  // the borrowing entries
   ElasticBounds bounds;
   std::vector<nlohmann::json> nodes;  // read once per pass (elastic jobs)
+};
+
+// A pass's view of the job's pods (job_pods_pass.cpp).
+struct JobReconciler::PodCensus {
+  std::map<int64_t, const nlohmann::json*> current;  // this attempt's pods by rank
+  int64_t stale = 0;    // pods of an older attempt (or dropped ranks) not gone yet
+  int64_t resized = 0;  // this attempt's pods of another world size (a changed count)
+  int64_t created = 0, blocked = 0, vanished_rank = -1;
 };
 
 namespace pass {

@@ -111,8 +111,15 @@ class JobReconciler {
   // an earlier generation is deleted.
   bool ensure_pod_group(Pass& p, int64_t world, std::vector<std::string>& errors);
   void remove_pod_groups(Pass& p);
-  // The Service and one Pod per rank of `attempt`, then the job's state from its pods.
+  // The worker pods (job_pods_pass.cpp): the Service and one Pod per rank of `attempt`, then the
+  // job's state from its pods.
+  struct PodCensus;
   controller::ReconcileResult run_pods(Pass& p, const JobPlan& plan, int64_t attempt, const std::string& note);
+  PodCensus census_pods(Pass& p, int64_t world, int64_t attempt);
+  void create_missing_pods(Pass& p, const JobPlan& plan, int64_t attempt, bool group_ready, PodCensus& c,
+                           std::vector<std::string>& errors);
+  controller::ReconcileResult settle_from_pods(Pass& p, int64_t world, const PodCensus& c, const std::string& note);
+  controller::ReconcileResult restart_or_fail(Pass& p, int64_t world, const std::string& what);
   // status.borrowedDevices and status.lending[].borrowedDevices from the plan's placement.
   void note_borrowed(Pass& p, const JobPlan& plan);
   // Stops the pods, Suspended=True; `why` replaces the message of a suspend the spec asked for.
