@@ -3,8 +3,10 @@
 // (the same-width stride-1 shortcut with kernels 1, 3 and 5, a kernel wider than the image, stride
 // 2, no padding, 1-wide images) and sample offsets; values must match exactly, zeros included.
 // And the bias pass (conv_bias_grad.cpp): its 16-bit conversion against the scalar encoders on
-// masked values, its sums and amax unchanged by converting.
+// masked values, its sums and amax unchanged by converting, and its sums in the one documented
+// order at any thread count.
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <cmath>
 #include <cstdint>
@@ -124,6 +126,54 @@ TEST(CpuConv, BiasPassConvertsTheMaskedGradientAsTheEncodersDo) {
           }
         }
   }
+}
+
+// The bias pass's documented order, written plainly: per plane, lane j adds the positions j, j + 8,
+// ... below the last multiple of 8, then the tail positions in turn; the lanes are added pairwise;
+// db takes the planes' sums sample by sample.
+float plane_sum_in_order(const float* x, const uint8_t* m, int64_t hw) {
+  float lane[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  const int64_t full = hw & ~int64_t{7};
+  for (int64_t i = 0; i < hw; ++i) {
+    const float v = m == nullptr || m[i] != 0 ? x[i] : 0.0f;
+    lane[i < full ? i % 8 : i - full] += v;
+  }
+  return ((lane[0] + lane[4]) + (lane[1] + lane[5])) + ((lane[2] + lane[6]) + (lane[3] + lane[7]));
+}
+
+TEST(CpuConv, BiasPassSumsInTheDocumentedOrderAtAnyThreadCount) {
+  const int threads_before = omp_get_max_threads();
+  for (const int64_t hw : {int64_t{13}, int64_t{2048 + 5}})
+    for (const bool masked : {false, true}) {
+      SCOPED_TRACE("hw " + std::to_string(hw) + (masked ? " masked" : ""));
+      const int64_t batch = hw > 2048 ? 7 : 1500, o = 5, n = batch * o * hw;  // both past 65536: in parallel
+      std::mt19937 rng(static_cast<uint32_t>(hw) + (masked ? 1u : 0u));
+      std::normal_distribution<float> normal(0.0f, 3.0f);
+      std::vector<float> dy(static_cast<size_t>(n));
+      std::vector<uint8_t> mask(static_cast<size_t>(n));
+      for (int64_t i = 0; i < n; ++i) {
+        dy[size_t(i)] = normal(rng);
+        mask[size_t(i)] = uint8_t(rng() % 3 != 0);
+      }
+      const uint8_t* m = masked ? mask.data() : nullptr;
+      std::vector<float> want(static_cast<size_t>(o), 0.25f);
+      float want_amax = 0.0f;
+      for (int64_t s = 0; s < batch; ++s)
+        for (int64_t oc = 0; oc < o; ++oc) {
+          const int64_t at = (s * o + oc) * hw;
+          want[size_t(oc)] += plane_sum_in_order(dy.data() + at, m != nullptr ? m + at : nullptr, hw);
+          for (int64_t i = 0; i < hw; ++i)
+            if (m == nullptr || m[at + i] != 0) want_amax = std::max(want_amax, std::fabs(dy[size_t(at + i)]));
+        }
+      for (const int threads : {1, 2, 3}) {
+        omp_set_num_threads(threads);
+        std::vector<float> db(static_cast<size_t>(o), 0.25f);
+        const float amax = conv_bias_grad_add(dy.data(), m, batch, o, hw, db.data());
+        EXPECT_EQ(amax, want_amax) << threads << " threads";
+        EXPECT_EQ(std::memcmp(db.data(), want.data(), db.size() * sizeof(float)), 0) << threads << " threads";
+      }
+    }
+  omp_set_num_threads(threads_before);
 }
 
 }  // namespace

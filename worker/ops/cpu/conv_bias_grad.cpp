@@ -23,21 +23,22 @@ constexpr int64_t PLANE_CHUNK = 2048;
 }  // namespace
 
 // Per (sample, channel) plane eight interleaved lane sums (lane j adds positions j, j + 8, ...; a
-// fixed order, vectorized), added pairwise, then to db sample by sample. Threads own whole
-// channels: the same at any count. The CUDA kernel adds in the same order
-// (kernels/cuda/conv_cuda.cu, PlaneSums): the same bits.
+// fixed order, vectorized), added pairwise; then each channel's plane sums are added to db sample
+// by sample. Threads take runs of whole planes in memory order (the samples each thread's part
+// of the producing convolution wrote), and the sums into db follow in one fixed order: the same
+// bits at any count. The CUDA kernel adds in the same order (kernels/cuda/conv_cuda.cu,
+// PlaneSums): the same bits.
 float conv_bias_grad_add(const float* dy, const uint8_t* mask, int64_t batch, int64_t o, int64_t hw, float* db,
                          Precision to, uint16_t* converted) {
   if (converted != nullptr) require_sixteen_bit(to, "conv_bias_grad_add");
-  std::vector<float> channel_amax(size_t(o), 0.0f);
+  std::vector<float> plane_sum(size_t(batch * o)), plane_amax(size_t(batch * o));  // (B, O)
 #pragma omp parallel for schedule(static) if (batch * o * hw > (1 << 16))
-  for (int64_t oc = 0; oc < o; ++oc) {
+  for (int64_t so = 0; so < batch * o; ++so) {
     alignas(64) float summed[PLANE_CHUNK];  // (chunk) the values summed, mask applied, to convert
-    float amax = 0.0f;
-    for (int64_t s = 0; s < batch; ++s) {
-      const float* plane = dy + (s * o + oc) * hw;
-      const uint8_t* on = mask != nullptr ? mask + (s * o + oc) * hw : nullptr;
-      uint16_t* out = converted != nullptr ? converted + (s * o + oc) * hw : nullptr;
+    {
+      const float* plane = dy + so * hw;
+      const uint8_t* on = mask != nullptr ? mask + so * hw : nullptr;
+      uint16_t* out = converted != nullptr ? converted + so * hw : nullptr;
       const bool buffered = out != nullptr && on != nullptr;  // unmasked values convert from dy itself
       float lane[8] = {0, 0, 0, 0, 0, 0, 0, 0}, lane_max[8] = {0, 0, 0, 0, 0, 0, 0, 0};
 #ifdef __AVX2__
@@ -85,13 +86,16 @@ float conv_bias_grad_add(const float* dy, const uint8_t* mask, int64_t batch, in
         lane[j] += v;
         lane_max[j] = std::fabs(v) > lane_max[j] ? std::fabs(v) : lane_max[j];
       }
-      db[oc] += ((lane[0] + lane[4]) + (lane[1] + lane[5])) + ((lane[2] + lane[6]) + (lane[3] + lane[7]));
+      plane_sum[size_t(so)] = ((lane[0] + lane[4]) + (lane[1] + lane[5])) + ((lane[2] + lane[6]) + (lane[3] + lane[7]));
+      float amax = 0.0f;
       for (float v : lane_max) amax = v > amax ? v : amax;
+      plane_amax[size_t(so)] = amax;
     }
-    channel_amax[size_t(oc)] = amax;
   }
+  for (int64_t s = 0; s < batch; ++s)
+    for (int64_t oc = 0; oc < o; ++oc) db[oc] += plane_sum[size_t(s * o + oc)];
   float amax = 0.0f;
-  for (float m : channel_amax) amax = m > amax ? m : amax;
+  for (float m : plane_amax) amax = m > amax ? m : amax;
   return amax;
 }
 
