@@ -150,16 +150,17 @@ void CpuOps::maxpool_forward(const Tensor& x, const PoolGeometry& g, Tensor& y, 
 
 void CpuOps::maxpool_backward(const Tensor& dy, const Tensor& argmax, const PoolGeometry& g, Tensor& dx) {
   const int64_t B = dy.dim(0), C = g.c, H = g.h, W = g.w, Ho = g.oh, Wo = g.ow;
-  std::memset(dx.data(), 0, size_t(dx.bytes()));
   const float* dyp = dy.f32();
   const int32_t* ap = argmax.as<int32_t>();
   float* dxp = dx.f32();
-  // Each (b, c) plane is owned by one thread; overlapping windows add in a fixed order.
+  // Each (b, c) plane is owned by one thread, which zeroes it (while it is in its cache) and adds
+  // the window gradients in a fixed order (overlapping windows).
 #pragma omp parallel for collapse(2)
   for (int64_t b = 0; b < B; ++b)
     for (int64_t c = 0; c < C; ++c) {
       const int64_t out_base = (b * C + c) * Ho * Wo;
       float* plane = dxp + (b * C + c) * H * W;
+      std::memset(plane, 0, size_t(H * W) * sizeof(float));
       for (int64_t o = 0; o < Ho * Wo; ++o) plane[ap[out_base + o]] += dyp[out_base + o];
     }
 }
