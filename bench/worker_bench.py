@@ -66,14 +66,16 @@ import argparse
 import datetime
 import hashlib
 import json
-import re
 import os
 import platform
 import statistics
 import subprocess
 import sys
 import tempfile
-import time
+
+from measured_process import run_measured, thread_env
+from torch_baseline import openblas_coretype_for, torch_run
+from worker_bench_table import MIB, fmt_ms, render_notes, render_table
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ZOO = ["mlp", "cnn", "vit", "char-gpt"]
@@ -87,67 +89,10 @@ CLASS_FLAGS = {"cpu-amx": ["amx_tile", "avx512_bf16", "avx512_vnni"],
 # The classes whose BF16 GEMMs are native, strongest first (cpu-amx: oneDNN uncapped; cpu-avx512-bf16:
 # capped at avx512_core_bf16); the others emulate BF16.
 BF16_NATIVE_CLASSES = ["cpu-amx", "cpu-avx512-bf16"]
-MIB = 1 << 20
 
 
 # ------------------------------------------------------------------------------------------------
 # Processes
-
-
-def run_measured(cmd, env=None, timeout=None):
-    """Runs `cmd` to completion; returns (returncode, stdout, stderr, peak RSS in bytes of that
-    process). The RSS comes from os.wait4 on the child itself, so every run is measured alone."""
-    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=err, env=env)
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while True:
-            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
-            if pid == proc.pid:
-                break
-            if deadline is not None and time.monotonic() > deadline:
-                proc.kill()
-                pid, status, usage = os.wait4(proc.pid, 0)
-                break
-            time.sleep(0.02)
-        proc.returncode = os.waitstatus_to_exitcode(status)  # reaped here: keep Popen from waiting
-        out.seek(0)
-        err.seek(0)
-        return (proc.returncode, out.read().decode(errors="replace"), err.read().decode(errors="replace"),
-                usage.ru_maxrss * 1024)  # Linux reports KiB
-
-
-def torch_blas_note(results):
-    """Which torch ran and where its FP32 GEMMs ran."""
-    version, blas = results.get("torch_version", "?"), results.get("torch_blas", "?")
-    if blas == "mkl":
-        gemms = "Intel MKL (a PyPI wheel)"
-    else:
-        gemms = "OpenBLAS, core %s (OPENBLAS_CORETYPE %s)" % (results.get("torch_openblas_core", "?"),
-                                                             results["openblas_coretype"])
-    return "torch %s (%s): FP32 GEMMs in %s; BF16 autocast runs oneDNN." % (version, sys.executable, gemms)
-
-
-def thread_env(threads, openblas_coretype=""):
-    """The environment for a child: OpenMP and OpenBLAS thread counts pinned to `threads`, and
-    OPENBLAS_CORETYPE when given."""
-    env = dict(os.environ)
-    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
-        env[var] = str(threads)
-    if openblas_coretype:
-        env["OPENBLAS_CORETYPE"] = openblas_coretype
-    return env
-
-
-def openblas_coretype_for(flags):
-    """The OpenBLAS core for this CPU's flags (what OpenBLAS would pick on a CPU that reported its
-    real model), or "" to leave OpenBLAS's own detection."""
-    if "avx512_bf16" in flags:
-        return "Cooperlake"
-    if "avx512f" in flags:
-        return "SkylakeX"
-    if "avx2" in flags:
-        return "Haswell"
-    return ""
 
 
 def cpu_flags():
@@ -261,178 +206,6 @@ def median_of(runs):
 
 
 # ------------------------------------------------------------------------------------------------
-# PyTorch (each configuration runs in a child: this script with --torch-child)
-
-
-def read_status_kib(field):
-    """A field of /proc/self/status (VmRSS, VmHWM) in bytes, or None."""
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith(field + ":"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return None
-
-
-def torch_child(model_name, mode, batch, steps, warmup, threads):
-    """Runs in the child process: trains `model_name` on a fixed random batch and prints one JSON
-    line {median_step_seconds, step_seconds, rss_before_bytes, ...}. mode: fp32 or bf16-autocast."""
-    import torch  # only here: the parent needs no torch
-
-    sys.path.insert(0, os.path.join(REPO, "tools"))
-    import torch_models
-
-    torch.manual_seed(1)
-    torch.set_num_threads(threads)
-    module, _ = torch_models.build_torch_model(model_name)
-    module.train()
-    if module.input_kind == "tokens":
-        x = torch.randint(0, module.vocab, (batch, module.input_shape[0]))
-        y = torch.randint(0, module.vocab, (batch, module.input_shape[0]))
-    else:
-        x = torch.randn(batch, *module.input_shape)
-        y = torch.randint(0, module.classes, (batch,))
-    opt = torch.optim.AdamW(module.parameters(), lr=1e-3, weight_decay=0.0)
-    rss_before = read_status_kib("VmRSS")
-
-    def step(t0):
-        """One training step; returns (loss, seconds before the optimizer step)."""
-        opt.zero_grad(set_to_none=True)
-        if mode == "bf16-autocast":
-            with torch.autocast("cpu", dtype=torch.bfloat16):
-                logits = module(x)
-            loss = torch_models.cross_entropy(logits.float(), y)
-        else:
-            loss = torch_models.cross_entropy(module(x), y)
-        loss.backward()
-        t_compute = time.perf_counter() - t0
-        opt.step()
-        return loss, t_compute
-
-    # The BLAS of this torch build: Debian's reports "generic" (its FP32 GEMMs run in the system
-    # OpenBLAS), PyPI's wheels "mkl" (Intel MKL, linked in).
-    blas = re.search(r"BLAS_INFO=(\w+)", torch.__config__.show())
-    blas = blas.group(1) if blas else "?"
-    openblas_core = None
-    if blas != "mkl":
-        try:  # which kernels OpenBLAS runs
-            import ctypes
-            lib = ctypes.CDLL("libopenblas.so.0")
-            lib.openblas_get_corename.restype = ctypes.c_char_p
-            openblas_core = lib.openblas_get_corename().decode()
-        except (OSError, AttributeError):
-            pass
-
-    times, compute = [], []
-    for i in range(warmup + steps):
-        t0 = time.perf_counter()
-        loss, t_compute = step(t0)
-        dt = time.perf_counter() - t0
-        if i >= warmup:
-            times.append(dt)
-            compute.append(t_compute)
-    print(json.dumps({"median_step_seconds": statistics.median(times), "step_seconds": times,
-                      "median_compute_seconds": statistics.median(compute),
-                      "rss_before_bytes": rss_before, "peak_rss_self_bytes": read_status_kib("VmHWM"),
-                      "final_loss": float(loss), "torch_version": torch.__version__,
-                      "torch_threads": torch.get_num_threads(), "openblas_core": openblas_core, "torch_blas": blas,
-                      "parameters": sum(p.numel() for p in module.parameters())}))
-
-
-def torch_run(args, model, mode, batch):
-    """One PyTorch configuration in its own process; returns a result dict."""
-    cmd = [sys.executable, os.path.abspath(__file__), "--torch-child", model, mode, "--batch", str(batch),
-           "--steps", str(args.steps), "--warmup", str(args.warmup), "--threads", str(args.threads)]
-    rc, out, err, rss = run_measured(cmd, env=thread_env(args.threads, args.openblas_core), timeout=args.timeout)
-    if rc != 0:
-        lines = (out + err).strip().splitlines()
-        return {"status": "error", "note": lines[-1] if lines else "exit %d" % rc, "command": cmd}
-    r = json.loads(out.strip().splitlines()[-1])
-    r.update({"status": "ok", "peak_rss_bytes": rss, "command": cmd})
-    return r
-
-
-# ------------------------------------------------------------------------------------------------
-# The table
-
-
-def fmt_ms(r):
-    return "%.1f" % (r["median_step_seconds"] * 1e3) if r and r.get("status") == "ok" else "-"
-
-
-def fmt_ratio(a, b):
-    ok = a and b and a.get("status") == "ok" and b.get("status") == "ok"
-    return "%.2f" % (a["median_step_seconds"] / b["median_step_seconds"]) if ok else "-"
-
-
-def render_table(results):
-    """The one table: a row per (model, class, precision) of ours, with PyTorch alongside."""
-    head = ["model", "batch", "class", "prec", "ours ms", "ours MiB acc/RSS", "torch fp32 ms", "torch bf16 ms",
-            "torch RSS MiB f32/b16", "ours/torch", "vs own fp32", "faults/step"]
-    rows = []
-    cmp_class = results["bf16_comparison_class"]
-    for m in results["models"]:
-        name = m["model"]
-        tf, tb = m["torch"].get("fp32"), m["torch"].get("bf16-autocast")
-        trss = "%s/%s" % tuple("%.0f" % (t["peak_rss_bytes"] / MIB) if t and t.get("status") == "ok" else "-"
-                               for t in (tf, tb))
-        for cls in results["classes"]:
-            runs = m["ours"].get(cls, {})
-            if results["class_status"][cls]["status"] != "available":
-                rows.append([name, str(m["batch"]), cls, "-", "n/a", "-", fmt_ms(tf), fmt_ms(tb), trss, "-",
-                             "(runs as %s)" % results["class_status"][cls]["fallback"], "-"])
-                continue
-            fp32 = runs.get("fp32")
-            for prec, r in runs.items():
-                if r.get("status") != "ok":
-                    rows.append([name, str(m["batch"]), cls, prec, r.get("status", "?"), "-", fmt_ms(tf), fmt_ms(tb),
-                                 trss, "-", "-", "-"])
-                    continue
-                mem = "%.1f/%.0f" % (r["peak_memory_bytes"] / MIB, r["peak_rss_bytes"] / MIB)
-                if prec == "fp32":
-                    vs_torch = fmt_ratio(r, tf)
-                elif prec == "bf16":
-                    vs_torch = fmt_ratio(r, tb) + ("*" if cls == cmp_class else "")
-                else:
-                    vs_torch = "-"
-                vs_fp32 = "1.00" if prec == "fp32" else fmt_ratio(r, fp32)
-                faults = r.get("steady_minor_page_faults_per_step")
-                rows.append([name, str(m["batch"]), cls, prec, fmt_ms(r), mem, fmt_ms(tf), fmt_ms(tb), trss,
-                             vs_torch, vs_fp32, "-" if faults is None or faults < 0 else "%.1f" % faults])
-    widths = [max(len(h), *(len(row[i]) for row in rows)) if rows else len(h) for i, h in enumerate(head)]
-    line = lambda cells: " | ".join(c.ljust(w) for c, w in zip(cells, widths))
-    out = [line(head), "-+-".join("-" * w for w in widths)]
-    out += [line(r) for r in rows]
-    return "\n".join(out)
-
-
-def render_notes(results):
-    """What the table's columns mean and which class the BF16 comparison uses."""
-    notes = [
-        "ours ms / torch ms: median step (zero_grad + forward + loss + backward + AdamW step); threads: %d; "
-        "median of %d interleaved run(s), one process each; torch: median of %d steps after %d warm-up; ours: %s."
-        % (results["threads"], results["repeats"], results["steps"], results["torch_warmup"], results["ours_timing"]),
-        "ours MiB acc/RSS: the worker's accounted tensor peak / the process's peak RSS (incl. its shared "
-        "libraries and its data set).",
-        "torch RSS: peak RSS of the PyTorch process (of which ~%s MiB is torch itself before the first step)."
-        % results.get("torch_baseline_rss_mib", "?"),
-        "ours/torch: fp32 rows ours-fp32 / torch-fp32; bf16 rows ours-bf16 / torch-bf16-autocast "
-        "(* = the class used for the BF16 comparison). > 1: ours is slower.",
-        "vs own fp32: ours at this precision / ours fp32, same class, same run (< 1: faster than fp32).",
-        "faults/step: the worker's minor page faults per step after its warm-up steps (getrusage).",
-        torch_blas_note(results),
-        "BF16 comparison: " + results["bf16_comparison_note"],
-    ]
-    for cls in results["classes"]:
-        st = results["class_status"][cls]
-        if st["status"] != "available":
-            notes.append("%s: not run (%s)." % (cls, st["note"]))
-    return "\n".join(notes)
-
-
-# ------------------------------------------------------------------------------------------------
 # Main
 
 
@@ -496,7 +269,6 @@ def parse_args(argv):
     p.add_argument("--timeout", type=float, default=900, help="seconds per child process")
     p.add_argument("--quick", action="store_true", help="smoke test: mlp and cnn, 4 steps, 1 warm-up")
     p.add_argument("--json", default=os.path.join(REPO, "build", "results", "worker_bench.json"))
-    p.add_argument("--torch-child", nargs=2, metavar=("MODEL", "MODE"), help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     if a.quick:
         a.models, a.steps, a.warmup = "mlp,cnn", min(a.steps, 4), min(a.warmup, 1)
@@ -508,9 +280,6 @@ def parse_args(argv):
 
 def main(argv):
     args = parse_args(argv)
-    if args.torch_child:
-        torch_child(args.torch_child[0], args.torch_child[1], args.batch, args.steps, args.warmup, args.threads)
-        return 0
     if not os.access(args.worker, os.X_OK):
         sys.exit("worker_bench: no worker binary at %s (build it: ninja -C build qsync-worker)" % args.worker)
     if "char-gpt" in args.models and not os.path.isfile(args.data):
