@@ -31,12 +31,15 @@ struct JobReconciler::Pass {
   std::vector<nlohmann::json> nodes;  // read once per pass (elastic jobs)
 };
 
-// A pass's view of the job's pods (job_pods_pass.cpp).
+// A pass's view of the job's pods (job_pods_pass.cpp): census_pods sorts them, then
+// create_missing_pods counts what it did.
 struct JobReconciler::PodCensus {
   std::map<int64_t, const nlohmann::json*> current;  // this attempt's pods by rank
   int64_t stale = 0;    // pods of an older attempt (or dropped ranks) not gone yet
   int64_t resized = 0;  // this attempt's pods of another world size (a changed count)
-  int64_t created = 0, blocked = 0, vanished_rank = -1;
+  int64_t created = 0;  // pods created in this pass
+  int64_t blocked = 0;  // pods not created yet: an older attempt's still terminating
+  int64_t vanished_rank = -1;  // the first rank whose pod was created before and is gone now
 };
 
 namespace pass {
