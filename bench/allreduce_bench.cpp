@@ -7,9 +7,11 @@
 // --link SPEC (worker/dist/link_model.h, e.g. 50us,10GB/s) also times every size through a second
 // Gloo instance wrapped in the slow-link emulation, so the table shows the emulated link beside
 // loopback (and the model's own figure); the comm profile is then fitted to the emulated column.
+// --gloo-loop idle|batch: the policy of Gloo's event-loop thread (worker/dist/collectives.h), as
+// the profile's users run it: idle (default) as training does, batch as tensor-parallel inference.
 //
 //   build/bin/qsync-bench-allreduce [--ranks 2] [--reps 20] [--max-mib 64] [--json FILE]
-//                                   [--comm-profile FILE] [--link 50us,10GB/s]
+//                                   [--comm-profile FILE] [--link 50us,10GB/s] [--gloo-loop idle]
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -61,7 +63,7 @@ double median_all_reduce_seconds(qsync::Collectives& coll, std::vector<float>& d
 // Median seconds of a small all-reduce on the rank that arrives last, after its peers have idled
 // in the call for `skew` (it computes meanwhile): the wake-up latency of a synchronization point
 // whose participants arrive apart, as a training step's do (its idle peers must be woken). Before
-// Gloo's event-loop thread ran SCHED_BATCH (worker/dist/collectives_gloo.cpp) this cost 4.9 ms on
+// Gloo's event-loop thread left SCHED_OTHER (worker/dist/collectives_gloo.cpp) this cost 4.9 ms on
 // 2 pinned ranks, a scheduler tick of the loop thread spinning; now about 0.1-0.2 ms. The late
 // rank rotates every call.
 double median_late_arrival_seconds(qsync::Collectives& coll, int rank, int ranks, std::chrono::microseconds skew, int reps) {
@@ -88,7 +90,7 @@ double bus_gbps(int64_t bytes, int ranks, double seconds) { return double(bytes)
 // One rank: every size, `reps` timed all-reduces after a warm-up, over loopback and (with an
 // enabled link) through the emulated link; rank 0 writes the rows.
 int run_rank(int rank, int ranks, int port, int reps, int64_t max_bytes, const qsync::LinkModel& link,
-             const std::string& out_path) {
+             qsync::GlooLoopPolicy loop, const std::string& out_path) {
   qsync::RendezvousConfig rc;
   rc.master_addr = "127.0.0.1";
   rc.master_port = port;
@@ -96,9 +98,9 @@ int run_rank(int rank, int ranks, int port, int reps, int64_t max_bytes, const q
   rc.world_size = ranks;
   rc.timeout = std::chrono::milliseconds(30000);
   qsync::Rendezvous rv(rc);
-  auto coll = qsync::collectives_gloo(rv, rc.timeout);
+  auto coll = qsync::collectives_gloo(rv, rc.timeout, loop);
   std::unique_ptr<qsync::Collectives> linked;
-  if (link.enabled()) linked = qsync::collectives_with_link(qsync::collectives_gloo(rv, rc.timeout), link);
+  if (link.enabled()) linked = qsync::collectives_with_link(qsync::collectives_gloo(rv, rc.timeout, loop), link);
   nlohmann::json rows = nlohmann::json::array();
   for (int64_t bytes = 4; bytes <= max_bytes; bytes *= 4) {
     std::vector<float> data(size_t(bytes / 4), 1.0f);
@@ -131,6 +133,7 @@ int main(int argc, char** argv) {
   int64_t max_mib = 64;
   std::string json_path, comm_path;
   qsync::LinkModel link;
+  qsync::GlooLoopPolicy loop = qsync::GlooLoopPolicy::kSchedIdle;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (i + 1 >= argc && a != "--help") {
@@ -142,6 +145,15 @@ int main(int argc, char** argv) {
     else if (a == "--max-mib") max_mib = std::stoll(argv[++i]);
     else if (a == "--json") json_path = argv[++i];
     else if (a == "--comm-profile") comm_path = argv[++i];
+    else if (a == "--gloo-loop") {
+      const std::string v = argv[++i];
+      if (v != "idle" && v != "batch") {
+        std::fprintf(stderr, "qsync-bench-allreduce: --gloo-loop %s: use idle (as training runs Gloo) or batch "
+                     "(as tensor-parallel inference does)\n", v.c_str());
+        return 2;
+      }
+      loop = v == "idle" ? qsync::GlooLoopPolicy::kSchedIdle : qsync::GlooLoopPolicy::kSchedBatch;
+    }
     else if (a == "--link") {
       try {
         link = qsync::link_model_parse(argv[++i]);
@@ -151,7 +163,7 @@ int main(int argc, char** argv) {
       }
     } else {
       std::printf("usage: qsync-bench-allreduce [--ranks N] [--reps N] [--max-mib M] [--json FILE] [--comm-profile FILE]\n"
-                  "                             [--link LATENCY,BANDWIDTH (e.g. 50us,10GB/s)]\n");
+                  "                             [--link LATENCY,BANDWIDTH (e.g. 50us,10GB/s)] [--gloo-loop idle|batch]\n");
       return a == "--help" ? 0 : 2;
     }
   }
@@ -167,7 +179,7 @@ int main(int argc, char** argv) {
     if (pid == 0) {
       try {
         if (!cpus.per_rank.empty()) qsync::pin_to_cpus(cpus.per_rank[size_t(r)]);
-        _exit(run_rank(r, ranks, port, reps, max_mib << 20, link, tmp));
+        _exit(run_rank(r, ranks, port, reps, max_mib << 20, link, loop, tmp));
       } catch (const std::exception& e) {
         std::fprintf(stderr, "rank %d: %s\n", r, e.what());
         _exit(1);
@@ -192,7 +204,8 @@ int main(int argc, char** argv) {
   std::ifstream late_in(late_path);
   const nlohmann::json late = nlohmann::json::parse(late_in);
   unlink(late_path.c_str());
-  std::printf("Gloo all-reduce (sum, fp32), %d ranks over loopback TCP, median of %d\n", ranks, reps);
+  std::printf("Gloo all-reduce (sum, fp32), %d ranks over loopback TCP, event loop %s, median of %d\n", ranks,
+              qsync::gloo_loop_policy_name(loop), reps);
   if (link.enabled()) {
     std::printf("link: emulated %s (model: 2(N-1) latency + 2(N-1)/N bytes / bandwidth) beside loopback\n",
                 link.describe().c_str());

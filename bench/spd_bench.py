@@ -77,7 +77,7 @@ def comm_profile(work, tp):
     path = os.path.join(work, f"comm-w{tp}.json")
     if not os.path.exists(path):
         run([os.path.join(BIN, "qsync-bench-allreduce"), "--ranks", str(tp), "--max-mib", "1", "--reps", "9",
-             "--comm-profile", path])
+             "--gloo-loop", "batch", "--comm-profile", path])  # as `qsync-worker infer` runs Gloo
     return path
 
 

@@ -205,7 +205,7 @@ DeviceProfile profile_run(const ProfileConfig& c) {
   // synchronizes its gradients as training does: the gradient-sync and Gloo threads then share
   // this rank's CPUs while it computes, and the measured costs include what they take. The waits
   // themselves are not timed.
-  World world = world_join(rendezvous_config_with_overrides(-1, -1, "", -1, 120));
+  World world = world_join(rendezvous_config_with_overrides(-1, -1, "", -1, 120), GlooLoopPolicy::kSchedIdle);  // as training
   Collectives* coll = world.collectives->world_size() > 1 ? world.collectives.get() : nullptr;
 
   MemoryAccount memory(0, "profile");

@@ -68,7 +68,7 @@ TrainSummary train_run_reporting(const TrainConfig& c, TerminationReport& report
 
   // The world: a rendezvous and Gloo collectives when there is more than one rank.
   const RendezvousConfig rc = rendezvous_for(c);
-  World joined = world_join(rc);
+  World joined = world_join(rc, GlooLoopPolicy::kSchedIdle);  // steps of ms, few collectives
   std::unique_ptr<Collectives>& coll = joined.collectives;
   coll = collectives_with_link(std::move(coll), c.link);  // unchanged when no --link is given
   const int rank = coll->rank(), world = coll->world_size();

@@ -38,23 +38,38 @@ class Collectives {
 
 // A single-rank stand-in: every collective is the identity.
 std::unique_ptr<Collectives> collectives_local();
-// Gloo over TCP, connected through the rendezvous store. `timeout` bounds every operation.
-// Sets SIGPIPE to SIG_IGN when it still has the default action (Gloo writes with writev, and a
-// dead peer must become a CollectiveError, not kill the process). QSYNC_GLOO_HOSTNAME overrides
-// the local address Gloo listens on (default: this host's address on the route to MASTER_ADDR).
-std::unique_ptr<Collectives> collectives_gloo(Rendezvous& rv, std::chrono::milliseconds timeout);
+// The scheduling policy of Gloo's event-loop thread, which shares the rank's CPUs with the thread
+// that computes (collectives_gloo.cpp has the measurements behind both choices).
+enum class GlooLoopPolicy {
+  // SCHED_IDLE: the loop thread runs only where no compute thread wants the CPU, so it never
+  // spins a whole scheduler slice while a preempted compute thread holds the connection's lock.
+  // For data-parallel training and profiling: steps of milliseconds, a few collectives each.
+  kSchedIdle,
+  // SCHED_BATCH: a fair share of the CPU, but a wake-up never preempts; 20-25 us less per small
+  // all-reduce than kSchedIdle. For latency-bound callers: tensor-parallel decoding (a dozen
+  // small all-reduces a token).
+  kSchedBatch,
+};
+const char* gloo_loop_policy_name(GlooLoopPolicy p);  // "SCHED_IDLE", "SCHED_BATCH"
+
+// Gloo over TCP, connected through the rendezvous store. `timeout` bounds every operation; the
+// event-loop thread runs `loop`. Sets SIGPIPE to SIG_IGN when it still has the default action
+// (Gloo writes with writev, and a dead peer must become a CollectiveError, not kill the process).
+// QSYNC_GLOO_HOSTNAME overrides the local address Gloo listens on (default: this host's address
+// on the route to MASTER_ADDR).
+std::unique_ptr<Collectives> collectives_gloo(Rendezvous& rv, std::chrono::milliseconds timeout, GlooLoopPolicy loop);
 // NCCL (throws when this build has no CUDA or no device is present).
 std::unique_ptr<Collectives> collectives_nccl(Rendezvous& rv, int device);
 // "NCCL 2.28.9" (the library loaded), or why there is none.
 std::string nccl_version_text();
 
 // A process's place in a job: with more than one rank, the rendezvous and Gloo collectives over
-// it (timeout rc.timeout); with one, collectives_local and no rendezvous. The collectives are
-// declared last, so they are destroyed before the rendezvous they use.
+// it (timeout rc.timeout, event loop `loop`); with one, collectives_local and no rendezvous. The
+// collectives are declared last, so they are destroyed before the rendezvous they use.
 struct World {
   std::unique_ptr<Rendezvous> rendezvous;
   std::unique_ptr<Collectives> collectives;
 };
-World world_join(const RendezvousConfig& rc);
+World world_join(const RendezvousConfig& rc, GlooLoopPolicy loop);
 
 }  // namespace qsync

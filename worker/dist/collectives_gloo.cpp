@@ -13,9 +13,18 @@
 // the next scheduler tick: measured on 2 pinned ranks (Linux 6.18, 250 Hz), every all-reduce from
 // 16 bytes to 1 MiB took 4 ms; a CNN step spent 15.6 ms of its 96 ms there. The loop thread runs
 // SCHED_BATCH (the same share of the CPU, but a wake-up never preempts): 16 bytes in 86 us, 1 MiB
-// in 265 us, the CNN's all-reduce 7.2 ms. It is created with that policy (LoopThreadPolicy)
-// rather than changed later. (A SCHED_BATCH thread woken beside busy compute waits for the
-// running thread's slice; the gradient all-reduce overlaps backward only past one 25 MiB bucket.)
+// in 265 us, the CNN's all-reduce 7.2 ms. That still lets the loop thread in at a scheduler tick
+// once the computing thread has used its slice, and when that thread holds the connection's lock
+// (inside a send) the loop thread spins the whole slice: `perf sched` showed 4.3 ms runs of it
+// while the rank's thread waited, and in 3 to 5 of 8 two-rank MLP jobs every step's 32-byte
+// stats all-reduce took 2-3 ms instead of 0.25. SCHED_IDLE never takes the CPU from a thread that
+// wants it (interleaved pinned 2-rank jobs, median step, SCHED_BATCH -> SCHED_IDLE: MLP 19.41 ->
+// 18.33 ms over 8 jobs each, 21.68 -> 19.98 with 1 MiB buckets over 5; ViT 21.77 and 21.91 over 6,
+// CNN 169.5 and 168.0 over 4), but a woken caller preempts an idle-policy thread at once (likely
+// before it lets go of a buffer): an idle pair's small all-reduce 85 -> 107 us, tensor-parallel
+// decoding 1.91 -> 2.36 ms a token (5 runs each). So the caller chooses (GlooLoopPolicy, collectives.h). The
+// device is created on a short-lived thread that takes the policy first: the loop thread inherits
+// it, and no thread changes back (leaving SCHED_IDLE needs privileges a pod seldom has).
 // Gloo writes with writev(), so a dead peer would raise SIGPIPE: collectives_gloo() ignores SIGPIPE
 // process-wide when it still has the default action, turning it into an error Gloo reports.
 #include <arpa/inet.h>
@@ -30,6 +39,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
+#include <thread>
 
 #include <gloo/allgather.h>
 #include <gloo/allreduce.h>
@@ -118,38 +129,35 @@ std::string local_address_towards(const RendezvousConfig& c) {
   return address;
 }
 
-// While alive, the calling thread runs SCHED_BATCH, and so does every thread it creates (a new
-// thread inherits its creator's policy); the caller's own policy comes back at the end. Only from
-// SCHED_OTHER: a thread on a real-time or idle policy keeps it (and so does Gloo's).
-// Where the kernel refuses (a sandbox), Gloo runs as before, with a warning on stderr.
-class LoopThreadPolicy {
- public:
-  LoopThreadPolicy() {
-    const sched_param none{};
-    if (::sched_getscheduler(0) != SCHED_OTHER) return;
-    changed_ = ::sched_setscheduler(0, SCHED_BATCH, &none) == 0;
-    if (!changed_)
-      std::fprintf(stderr, "qsync: gloo: cannot run the event-loop thread SCHED_BATCH (%s); small all-reduces may "
-                   "wait a scheduler tick each\n", std::strerror(errno));
-  }
-  ~LoopThreadPolicy() {
-    const sched_param none{};
-    if (changed_ && ::sched_setscheduler(0, SCHED_OTHER, &none) != 0)
-      std::fprintf(stderr, "qsync: gloo: cannot restore SCHED_OTHER after creating the event-loop thread (%s)\n",
-                   std::strerror(errno));
-  }
-  LoopThreadPolicy(const LoopThreadPolicy&) = delete;
-  LoopThreadPolicy& operator=(const LoopThreadPolicy&) = delete;
+int sched_policy_of(GlooLoopPolicy p) { return p == GlooLoopPolicy::kSchedIdle ? SCHED_IDLE : SCHED_BATCH; }
 
- private:
-  bool changed_ = false;
-};
+// Gloo's TCP device, its event-loop thread running `loop`: created on a thread of that policy,
+// which the loop thread inherits (only from SCHED_OTHER: under a real-time or idle policy the
+// process keeps its own). Where the kernel refuses, Gloo runs as before, with a warning on stderr.
+std::shared_ptr<gloo::transport::Device> create_tcp_device(const gloo::transport::tcp::attr& attr, GlooLoopPolicy loop) {
+  std::shared_ptr<gloo::transport::Device> device;
+  std::exception_ptr failure;
+  std::thread creator([&] {
+    const sched_param none{};
+    if (::sched_getscheduler(0) == SCHED_OTHER && ::sched_setscheduler(0, sched_policy_of(loop), &none) != 0)
+      std::fprintf(stderr, "qsync: gloo: cannot run the event-loop thread %s (%s); collectives may wait a scheduler "
+                   "slice behind computing threads\n", gloo_loop_policy_name(loop), std::strerror(errno));
+    try {
+      device = gloo::transport::tcp::CreateDevice(attr);
+    } catch (...) {
+      failure = std::current_exception();
+    }
+  });
+  creator.join();
+  if (failure) std::rethrow_exception(failure);
+  return device;
+}
 
 using ReduceFunction = void (*)(void*, const void*, const void*, size_t);
 
 class GlooCollectives : public Collectives {
  public:
-  GlooCollectives(Rendezvous& rv, milliseconds timeout)
+  GlooCollectives(Rendezvous& rv, milliseconds timeout, GlooLoopPolicy loop)
       : rank_(rv.config().rank), world_size_(rv.config().world_size), timeout_(timeout) {
     if (timeout.count() <= 0) throw CollectiveError("gloo: the timeout must be positive");
     struct sigaction current {};
@@ -160,10 +168,7 @@ class GlooCollectives : public Collectives {
     const std::string hostname = local_address_towards(rv.config());
     run("connect (to every peer, through the rendezvous store)", [&] {
       gloo::transport::tcp::attr attr(hostname.c_str());
-      {
-        const LoopThreadPolicy batch;  // the device's event-loop thread starts in it
-        device_ = gloo::transport::tcp::CreateDevice(attr);
-      }
+      device_ = create_tcp_device(attr, loop);
       auto context = std::make_shared<gloo::rendezvous::Context>(rank_, world_size_);
       context->setTimeout(timeout_);
       context->connectFullMesh(store, device_);
@@ -300,19 +305,23 @@ class LocalCollectives : public Collectives {
 
 std::unique_ptr<Collectives> collectives_local() { return std::make_unique<LocalCollectives>(); }
 
-World world_join(const RendezvousConfig& rc) {
+const char* gloo_loop_policy_name(GlooLoopPolicy p) {
+  return p == GlooLoopPolicy::kSchedIdle ? "SCHED_IDLE" : "SCHED_BATCH";
+}
+
+World world_join(const RendezvousConfig& rc, GlooLoopPolicy loop) {
   World w;
   if (rc.world_size > 1) {
     w.rendezvous = std::make_unique<Rendezvous>(rc);
-    w.collectives = collectives_gloo(*w.rendezvous, rc.timeout);
+    w.collectives = collectives_gloo(*w.rendezvous, rc.timeout, loop);
   } else {
     w.collectives = collectives_local();
   }
   return w;
 }
 
-std::unique_ptr<Collectives> collectives_gloo(Rendezvous& rv, milliseconds timeout) {
-  return std::make_unique<GlooCollectives>(rv, timeout);
+std::unique_ptr<Collectives> collectives_gloo(Rendezvous& rv, milliseconds timeout, GlooLoopPolicy loop) {
+  return std::make_unique<GlooCollectives>(rv, timeout, loop);
 }
 
 }  // namespace qsync

@@ -191,7 +191,7 @@ InferSummary infer_run(const InferConfig& c) {
   const RendezvousConfig rc = rendezvous_for(c);
   const Prepared p = prepare(c, rc.world_size);
 
-  World world = world_join(rc);
+  World world = world_join(rc, GlooLoopPolicy::kSchedBatch);  // latency-bound: many small all-reduces a token
   std::unique_ptr<Collectives>& coll = world.collectives;
   coll = collectives_with_link(std::move(coll), p.link);
   TpTransformer model = tp_rank(p.weights, p.layout, *coll);

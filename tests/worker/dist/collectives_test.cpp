@@ -2,7 +2,7 @@
 // Gloo collectives with every rank a forked process on 127.0.0.1: sums (exact for small
 // integers), broadcast, all_gather and barrier for 2 and 3 ranks; a rank that exits early or hangs
 // makes the others throw CollectiveError within the timeout instead of hanging; Gloo's event-loop
-// thread runs SCHED_BATCH and the caller's policy is left alone. Also the
+// thread runs the policy asked for (SCHED_IDLE or SCHED_BATCH) and the caller's is left alone. Also the
 // single-rank stand-in and the NCCL backend's refusal where there is no GPU.
 #include <gtest/gtest.h>
 #include <sched.h>
@@ -94,7 +94,7 @@ TEST(GlooCollectives, ThreeRanks) {
 TEST(GlooCollectives, TwoInstancesOnOneRendezvous) {
   const auto results = run_ranks(2, milliseconds(10000), [](int rank, Rendezvous& rv,
                                                             Collectives& first) {
-    auto second = collectives_gloo(rv, milliseconds(10000));
+    auto second = collectives_gloo(rv, milliseconds(10000), GlooLoopPolicy::kSchedBatch);
     double x = rank + 1;
     second->all_reduce_sum(&x, 1);
     expect(x == 3.0, "second instance sum " + std::to_string(x));
@@ -105,26 +105,37 @@ TEST(GlooCollectives, TwoInstancesOnOneRendezvous) {
   expect_all_succeeded(results);
 }
 
-// Gloo's event-loop thread runs SCHED_BATCH, so a peer's data waking it never preempts the thread
-// in the collective (which may hold the connection's lock the loop thread then spins on); the
-// calling thread keeps its own policy. The threads' policies are read from the kernel.
-TEST(GlooCollectives, EventLoopThreadRunsBatchAndTheCallerKeepsItsPolicy) {
+// Gloo's event-loop thread runs the policy the caller asked for (training: SCHED_IDLE, never
+// taking the CPU from the computing thread; inference: SCHED_BATCH, no wake-up preemption), and
+// the calling thread keeps its own policy. The threads' policies are read from the kernel.
+void expect_loop_thread_policy(GlooLoopPolicy loop, int policy) {
   if (::sched_getscheduler(0) != SCHED_OTHER) GTEST_SKIP() << "the test process does not run SCHED_OTHER";
-  const sched_param none{};
-  if (::sched_setscheduler(0, SCHED_BATCH, &none) != 0 || ::sched_setscheduler(0, SCHED_OTHER, &none) != 0)
-    GTEST_SKIP() << "this kernel or sandbox refuses SCHED_BATCH";
-  expect_all_succeeded(run_ranks(2, milliseconds(10000), [](int rank, Rendezvous&, Collectives& c) {
-    int batch = 0;
+  bool allowed = false;
+  std::thread([&] {
+    const sched_param none{};
+    allowed = ::sched_setscheduler(0, policy, &none) == 0;
+  }).join();
+  if (!allowed) GTEST_SKIP() << "this kernel or sandbox refuses " << gloo_loop_policy_name(loop);
+  expect_all_succeeded(run_ranks(2, milliseconds(10000), [policy](int rank, Rendezvous&, Collectives& c) {
+    int with_policy = 0;
     for (const auto& task : std::filesystem::directory_iterator("/proc/self/task")) {
       const pid_t tid = pid_t(std::stol(task.path().filename().string()));
-      if (::sched_getscheduler(tid) == SCHED_BATCH) ++batch;
+      if (::sched_getscheduler(tid) == policy) ++with_policy;
     }
-    expect(batch >= 1, "rank " + std::to_string(rank) + ": no thread runs SCHED_BATCH (Gloo's event loop)");
+    expect(with_policy >= 1, "rank " + std::to_string(rank) + ": no thread runs the asked policy (Gloo's event loop)");
     expect(::sched_getscheduler(0) == SCHED_OTHER, "the calling thread left SCHED_OTHER");
     float x = float(rank);
     c.all_reduce_sum(&x, 1);
     expect(x == 1.0f, "sum " + std::to_string(x));
-  }));
+  }, milliseconds(20000), loop));
+}
+
+TEST(GlooCollectives, EventLoopThreadRunsIdleForTrainingAndTheCallerKeepsItsPolicy) {
+  expect_loop_thread_policy(GlooLoopPolicy::kSchedIdle, SCHED_IDLE);
+}
+
+TEST(GlooCollectives, EventLoopThreadRunsBatchForInferenceAndTheCallerKeepsItsPolicy) {
+  expect_loop_thread_policy(GlooLoopPolicy::kSchedBatch, SCHED_BATCH);
 }
 
 // The others' call must fail within the timeout (asserted: under 10x) and name the operation.

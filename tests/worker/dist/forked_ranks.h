@@ -39,11 +39,12 @@ struct RankResult {
 
 using RankBody = std::function<void(int rank, Rendezvous&, Collectives&)>;
 
-// Forks `world_size` ranks; each joins the rendezvous, connects Gloo with `timeout` and runs
-// `body`. Exit code 0: body returned; 2: body threw Mismatch; 3: CollectiveError; 4: other error.
+// Forks `world_size` ranks; each joins the rendezvous, connects Gloo with `timeout` (its event
+// loop on `loop`: training's by default) and runs `body`. Exit code 0: body returned; 2: body threw Mismatch; 3: CollectiveError; 4: other error.
 // A rank still running after `limit` is killed (exit code -SIGKILL). Retries if the port got taken.
 inline std::vector<RankResult> run_ranks(int world_size, milliseconds timeout, const RankBody& body,
-                                  milliseconds limit = milliseconds(20000)) {
+                                  milliseconds limit = milliseconds(20000),
+                                  GlooLoopPolicy loop = GlooLoopPolicy::kSchedIdle) {
   std::vector<RankResult> results;
   for (int attempt = 0; attempt < 3; ++attempt) {
     const int port = free_port();
@@ -64,7 +65,7 @@ inline std::vector<RankResult> run_ranks(int world_size, milliseconds timeout, c
           c.world_size = world_size;
           c.timeout = milliseconds(10000);
           Rendezvous rv(c);
-          std::unique_ptr<Collectives> coll = collectives_gloo(rv, timeout);
+          std::unique_ptr<Collectives> coll = collectives_gloo(rv, timeout, loop);
           body(rank, rv, *coll);
         } catch (const Mismatch& e) {
           code = 2, message = e.what();
