@@ -30,6 +30,7 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "planner/plan_file.h"
 #include "planner/replay_timeline.h"
 #include "planner/replayer.h"
 
@@ -231,6 +232,35 @@ StepPrediction replay_step(const ModelDesc& model, const std::vector<ReplayRank>
     for (RankPrediction& p : out.ranks) p.step_seconds = out.step_seconds;
   out.allreduce_end_seconds = sync_end;
   return out;
+}
+
+double shared_cpu_step_scale(const ModelDesc& model, const std::vector<const DeviceProfile*>& pool,
+                             const CommProfile& comm, int64_t bucket_bytes) {
+  if (pool.size() < 2) return 1.0;
+  std::vector<double> measured;
+  std::vector<ReplayRank> uniform;
+  for (const DeviceProfile* p : pool) {
+    if (p == nullptr) throw std::invalid_argument("shared_cpu_step_scale: a rank has no device profile");
+    if (p->world_size == int(pool.size()) && p->world_step_seconds > 0) measured.push_back(p->world_step_seconds);
+    ReplayRank r{p, plan_uniform(model, LayerPrecision::FP32)};
+    r.plan.local_batch = p->batch;
+    uniform.push_back(r);
+  }
+  if (measured.empty()) return 1.0;
+  std::sort(measured.begin(), measured.end());
+  const size_t n = measured.size();
+  const double world_step = n % 2 ? measured[n / 2] : 0.5 * (measured[n / 2 - 1] + measured[n / 2]);
+  const double replayed = replay_step(model, uniform, comm, bucket_bytes).step_seconds;
+  return replayed > 0 ? world_step / replayed : 1.0;
+}
+
+void scale_step_prediction(StepPrediction& p, double scale) {
+  const double added = p.step_seconds * (scale - 1.0);
+  p.step_seconds += added;
+  for (RankPrediction& r : p.ranks) {
+    r.step_seconds += added;
+    r.wait_seconds = std::max(0.0, r.wait_seconds + added);
+  }
 }
 
 }  // namespace qsync

@@ -21,6 +21,7 @@
 #include "planner/device_profile.h"
 #include "planner/allocator_model.h"
 #include "planner/local_plan.h"
+#include "planner/replayer.h"
 #include "runner/cpu_pinning.h"
 
 namespace qsync {
@@ -147,6 +148,27 @@ Allocation replay_given_plans(const AllocationRequest& req, const std::string& d
   a.meets_target = true;
   for (size_t r = 0; r < a.plans.size(); ++r) a.plans[r].predicted_step_seconds = a.predicted.ranks[r].step_seconds;
   return a;
+}
+
+// Unpinned ranks share the CPUs: the prediction is scaled by what sharing cost the profiling
+// world beyond its replay (shared_cpu_step_scale, planner/replayer.h). The allocator's choice does
+// not change (every plan's step scales alike); its prediction and step target do.
+void apply_shared_cpu_scale(const AllocationRequest& req, Allocation& a, const std::function<void(const std::string&)>& say) {
+  std::vector<const DeviceProfile*> pool;
+  for (const PoolRank& d : req.pool) pool.push_back(&d.profile);
+  const double scale = shared_cpu_step_scale(req.model, pool, req.comm, req.bucket_bytes);
+  if (scale == 1.0) return;
+  scale_step_prediction(a.predicted, scale);
+  a.step_time_target *= scale;
+  for (size_t r = 0; r < a.plans.size() && r < a.predicted.ranks.size(); ++r)
+    a.plans[r].predicted_step_seconds = a.predicted.ranks[r].step_seconds;
+  char line[240];
+  std::snprintf(line, sizeof line,
+                "the ranks share the CPUs (unpinned): predictions scaled by %.3f, the profiling world's measured "
+                "FP32 step over its replay",
+                scale);
+  a.notes.push_back(line);
+  say(std::string("note: ") + line);
 }
 
 }  // namespace
@@ -279,6 +301,7 @@ LocalPlanning plan_local_job(const JobFile& file, const LocalPlanningInputs& in)
   LocalPlanning out;
   out.allocation = in.plans_dir.empty() ? allocate(request.request, request.strategy)
                                         : replay_given_plans(request.request, in.plans_dir);
+  if (in.rank_cpus.empty() && pool_size > 1) apply_shared_cpu_scale(request.request, out.allocation, say);
   const Allocation& a = out.allocation;
   nlohmann::json ranks = nlohmann::json::array();
   for (const RankPrediction& p : a.predicted.ranks) ranks.push_back(rank_prediction_json(p));

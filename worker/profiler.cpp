@@ -224,7 +224,7 @@ DeviceProfile profile_run(const ProfileConfig& c) {
   p.device_class = device.name;
   p.batch = c.batch;
   const float divisor = float(double(c.batch) * double(batches.positions_per_sample()));
-  std::vector<double> optimizer_seconds, fp32_step_seconds;
+  std::vector<double> optimizer_seconds, fp32_step_seconds, world_step_seconds;
   int64_t fp32_peak_bytes = 0;
   int64_t step = 0;
   std::string skipped, emulated;
@@ -272,6 +272,7 @@ DeviceProfile profile_run(const ProfileConfig& c) {
         step_runner.after_forward = [&, s] {
           if (round == 0 && s == 1) model.visit_layers([&run](Layer& l) { run.saved[l.name()] = l.saved_bytes(); });
         };
+        const auto step_start = std::chrono::steady_clock::now();
         const StepOutcome out = step_runner.run(ctx, divisor);  // the sync's wait is not this class's cost
         if (s > 0) optimizer_seconds.push_back(out.optimizer_seconds);
         if (s > 0) run.optimizer_seconds.push_back(out.optimizer_seconds);
@@ -279,6 +280,10 @@ DeviceProfile profile_run(const ProfileConfig& c) {
         if (coll) {  // the step's stats all-reduce, as training ends a step
           double stats[4] = {out.loss_sum, 0, 0, 0};
           coll->all_reduce_sum(stats, 4);
+          // Turn 0 runs every rank's first precision, FP32 (every class has it): the whole world
+          // steps as a uniform FP32 job would, waits included.
+          if (s > 0 && turn == 0 && run.mode == LayerPrecision::FP32)
+            world_step_seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - step_start).count());
         }
         if (s == 0) run.timer.discard_step();
         else run.timer.end_step();
@@ -330,6 +335,10 @@ DeviceProfile profile_run(const ProfileConfig& c) {
     p.step_overhead_seconds = std::max(0.0, median_of(fp32_step_seconds) - parts.compute_seconds);
     p.step_overhead_bytes = std::max<int64_t>(0, fp32_peak_bytes - parts.peak_memory_bytes);
     p.step_jitter = step_jitter_of(fp32_step_seconds, c.steps);
+  }
+  if (coll && !world_step_seconds.empty()) {
+    p.world_size = coll->world_size();
+    p.world_step_seconds = median_of(world_step_seconds);
   }
   p.source = "measured on " + (rank_device.is_cuda() ? rank_device.describe() + ", CUDA events" : cpu_model_name()) +
              " as " + device.name + " (" + std::to_string(c.threads) + " thread" + (c.threads == 1 ? "" : "s") +

@@ -14,7 +14,8 @@
 // (an attention leaf minus its two projections). The casts of worker/precision_ops.h are
 // micro-benchmarked over 8 sizes from 4K to 4M elements (median of reps) and fitted with
 // fit_linear_cost. Also the optimizer step (median) and the static bytes (parameters, gradients,
-// optimizer state).
+// optimizer state). In a world, also the median whole step of the first turn of each round,
+// where every rank runs FP32 (DeviceProfile::world_step_seconds: waits and stats all-reduce in).
 //
 //   ProfileConfig c{.model = "mlp", .device_class = "cpu-avx2", .batch = 128, .out = "p.json"};
 //   DeviceProfile p = profile_run(c);   // activates the class: one class per process

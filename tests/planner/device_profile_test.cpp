@@ -41,6 +41,10 @@ DeviceProfile sample_profile(const ModelDesc& m, const std::string& device_class
   p.channel_casts[{Precision::FP32, Precision::INT8}] = {4.125e-10, 2e-6};
   p.optimizer_seconds = 0.0123456789;
   p.static_bytes = 123456789;
+  p.step_overhead_seconds = 0.000321;
+  p.step_jitter = 0.0375;
+  p.world_size = 3;
+  p.world_step_seconds = 0.0268306;
   return p;
 }
 
@@ -72,6 +76,10 @@ void expect_same(const DeviceProfile& a, const DeviceProfile& b) {
   EXPECT_EQ(a.optimizer_seconds, b.optimizer_seconds);
   EXPECT_EQ(a.static_bytes, b.static_bytes);
   EXPECT_EQ(a.memory_bytes, b.memory_bytes);
+  EXPECT_EQ(a.step_overhead_seconds, b.step_overhead_seconds);
+  EXPECT_EQ(a.step_jitter, b.step_jitter);
+  EXPECT_EQ(a.world_size, b.world_size);
+  EXPECT_EQ(a.world_step_seconds, b.world_step_seconds);
 }
 
 TEST(DeviceProfile, JsonRoundTripIsExact) {

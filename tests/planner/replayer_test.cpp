@@ -3,7 +3,7 @@
 // bucket's all-reduce overlapping backward, a slow rank delaying the sync while the fast one
 // waits the difference, one rank without sync, memory = static + saved (scaled to the local
 // batch) + weight copies, the profile's step residual, the gradient copies into and out of the
-// buckets, planned precisions' costs, and the errors for a missing precision.
+// buckets, planned precisions' costs, the shared-CPU scale, and the errors for a missing precision.
 #include "planner/replayer.h"
 
 #include <gtest/gtest.h>
@@ -110,6 +110,45 @@ TEST(Replayer, SlowRankDelaysTheSyncAndTheFastOneWaitsTheDifference) {
   EXPECT_NEAR(s.ranks[1].step_seconds, 23.076, 1e-12);
   EXPECT_DOUBLE_EQ(s.ranks[1].compute_seconds, 20.5);
   EXPECT_NEAR(s.step_seconds, 23.076, 1e-12);
+}
+
+// A pool sharing CPUs: the profiling world measured its uniform FP32 step at 1.2x the replay of
+// that step (23.076 s, as above), so predictions scale by 1.2, the added time as waiting.
+TEST(Replayer, SharedCpuScaleIsTheWorldsMeasuredFp32StepOverItsReplay) {
+  DeviceProfile fast = two_layer_profile(1), slow = two_layer_profile(2);
+  const CommProfile c = comm(1, 0.001);
+  for (DeviceProfile* p : {&fast, &slow}) p->world_size = 2;
+  fast.world_step_seconds = 1.2 * 23.076 - 0.1;  // the median of the pool's two measurements
+  slow.world_step_seconds = 1.2 * 23.076 + 0.1;
+  EXPECT_NEAR(shared_cpu_step_scale(two_layer(), {&fast, &slow}, c, 144), 1.2, 1e-12);
+
+  StepPrediction s = replay_step(two_layer(), {rank_of(fast, 4), rank_of(slow, 4, LayerPrecision::INT8)}, c, 144);
+  const StepPrediction before = s;
+  scale_step_prediction(s, 1.2);
+  EXPECT_NEAR(s.step_seconds, 1.2 * before.step_seconds, 1e-12);
+  for (size_t r = 0; r < 2; ++r) {
+    EXPECT_NEAR(s.ranks[r].step_seconds, before.ranks[r].step_seconds + 0.2 * before.step_seconds, 1e-12);
+    EXPECT_NEAR(s.ranks[r].wait_seconds, before.ranks[r].wait_seconds + 0.2 * before.step_seconds, 1e-12);
+    EXPECT_DOUBLE_EQ(s.ranks[r].compute_seconds, before.ranks[r].compute_seconds);
+  }
+}
+
+TEST(Replayer, SharedCpuScaleIsOneWithoutAWorldOfThePoolsSize) {
+  DeviceProfile fast = two_layer_profile(1), slow = two_layer_profile(2);
+  const CommProfile c = comm(1, 0.001);
+  EXPECT_DOUBLE_EQ(shared_cpu_step_scale(two_layer(), {&fast, &slow}, c, 144), 1.0);  // measured alone
+  for (DeviceProfile* p : {&fast, &slow}) p->world_size = 3, p->world_step_seconds = 50;
+  EXPECT_DOUBLE_EQ(shared_cpu_step_scale(two_layer(), {&fast, &slow}, c, 144), 1.0);  // another world
+  EXPECT_DOUBLE_EQ(shared_cpu_step_scale(two_layer(), {&fast}, c, 144), 1.0);          // one rank
+  // A profile scaled to another batch no longer carries its world's step (measured at its batch).
+  fast.world_size = 2;
+  const DeviceProfile moved = device_profile_scaled(fast, 8);
+  EXPECT_EQ(moved.world_size, 0);
+  EXPECT_DOUBLE_EQ(moved.world_step_seconds, 0);
+  // A scale below 1 never leaves a negative wait.
+  StepPrediction s = replay_step(two_layer(), {rank_of(fast, 4), rank_of(slow, 4)}, c, 144);
+  scale_step_prediction(s, 0.5);
+  for (const RankPrediction& r : s.ranks) EXPECT_GE(r.wait_seconds, 0.0);
 }
 
 TEST(Replayer, OneRankDoesNotSynchronize) {
