@@ -242,7 +242,8 @@ int main(int argc, char** argv) {
     c.alpha = fit.b;
     c.beta = fit.a;
     c.late_sync_seconds = late["late_sync_seconds"].get<double>();
-    c.source = "measured: Gloo all-reduce (sum, fp32) of " + std::to_string(ranks) + " ranks over loopback TCP" +
+    c.source = "measured: Gloo all-reduce (sum, fp32) of " + std::to_string(ranks) + " ranks over loopback TCP, event loop " +
+               qsync::gloo_loop_policy_name(loop) +
                (link.enabled() ? " through the emulated link " + link.describe() : std::string()) + ", median of " + std::to_string(reps) + " per size, 4 B to " +
                std::to_string(max_mib) + " MiB, least squares of relative errors";
     qsync::comm_profile_write(comm_path, c);

@@ -130,7 +130,7 @@ std::string device_profile_to_json(const DeviceProfile& p) {
                   {"static_bytes", p.static_bytes}, {"memory_bytes", p.memory_bytes},
                   {"step_overhead_seconds", p.step_overhead_seconds}, {"step_overhead_bytes", p.step_overhead_bytes},
                   {"step_jitter", p.step_jitter}, {"world_size", p.world_size},
-                  {"world_step_seconds", p.world_step_seconds}};
+                  {"world_step_seconds", p.world_step_seconds}, {"world_signature", p.world_signature}};
   return j.dump(1) + "\n";
 }
 
@@ -159,6 +159,7 @@ DeviceProfile device_profile_from_json(const std::string& text, const std::strin
     p.step_jitter = j.value("step_jitter", 0.0);
     p.world_size = j.value("world_size", 0);
     p.world_step_seconds = j.value("world_step_seconds", 0.0);
+    p.world_signature = j.value("world_signature", std::string());
   } catch (const json::exception& e) {
     throw std::invalid_argument(source_name + ": malformed device profile (" + e.what() +
                                 "): re-measure it with `qsync-worker profile`");
@@ -301,6 +302,7 @@ DeviceProfile device_profile_scaled(const DeviceProfile& p, int64_t batch) {
   s.step_overhead_seconds *= f;
   s.world_size = 0;  // the world's step was measured at the profile's batch only
   s.world_step_seconds = 0;
+  s.world_signature.clear();
   s.step_overhead_bytes = int64_t(std::llround(double(s.step_overhead_bytes) * f));
   s.source = p.source + " (scaled linearly from batch " + std::to_string(p.batch) + ")";
   return s;

@@ -97,10 +97,12 @@ struct DeviceProfile {
   double step_jitter = 0;
   // Measured in a world of world_size ranks (0: alone): its median whole FP32 step, every rank at
   // FP32, from the step's start to the end of its stats all-reduce (the waits included), at this
-  // profile's batch. What the replayer's shared-CPU scale compares its own replay with
-  // (shared_cpu_step_scale, planner/replayer.h). Not scaled with the batch.
+  // profile's batch; world_signature names that world as its launcher did (`qsync run`: every
+  // rank's class@batch x threads, pinned or not). What the replayer's shared-CPU scale compares
+  // its own replay with (shared_cpu_step_scale, planner/replayer.h). Not scaled with the batch.
   int world_size = 0;
   double world_step_seconds = 0;
+  std::string world_signature;
   int64_t memory_bytes = 0;  // the device's memory (estimates); 0: unknown (CPU: the job's budget decides)
 
   // The precisions profiled for every GEMM layer (what this class can run).

@@ -14,7 +14,9 @@
 #include <cstring>
 #include <fcntl.h>
 #include <filesystem>
+#include <optional>
 #include <stdexcept>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -150,14 +152,38 @@ Allocation replay_given_plans(const AllocationRequest& req, const std::string& d
   return a;
 }
 
-// Unpinned ranks share the CPUs: the prediction is scaled by what sharing cost the profiling
-// world beyond its replay (shared_cpu_step_scale, planner/replayer.h). The allocator's choice does
-// not change (every plan's step scales alike); its prediction and step target do.
-void apply_shared_cpu_scale(const AllocationRequest& req, Allocation& a, const std::function<void(const std::string&)>& say) {
+// The world a pool's ranks form on this machine, as its profiles record it
+// (DeviceProfile::world_signature): every rank's class@batch x threads, pinned or not.
+std::string local_world_signature(const JobSpec& job, bool pinned) {
+  std::string out;
+  for (size_t r = 0; r < job.pool.local.size(); ++r) {
+    const LocalWorker& w = job.pool.local[r];
+    if (r > 0) out += ',';
+    out += local_run_class(w.device_class);
+    out += '@';
+    out += std::to_string(local_batch_of(job, r));
+    out += 'x';
+    out += std::to_string(w.threads);
+  }
+  out += pinned ? " pinned" : " unpinned";
+  return out;
+}
+
+// Unpinned ranks share the CPUs: predictions are scaled by what sharing cost the profiling world
+// beyond its replay (shared_cpu_step_scale, planner/replayer.h). 1 with a note when no profile
+// of the pool was measured in its own world.
+double shared_cpu_scale(const AllocationRequest& req, const std::string& world, const std::function<void(const std::string&)>& say) {
   std::vector<const DeviceProfile*> pool;
   for (const PoolRank& d : req.pool) pool.push_back(&d.profile);
-  const double scale = shared_cpu_step_scale(req.model, pool, req.comm, req.bucket_bytes);
-  if (scale == 1.0) return;
+  const std::optional<double> scale = shared_cpu_step_scale(req.model, pool, req.comm, req.bucket_bytes, world);
+  if (!scale)
+    say("note: the ranks share the CPUs, but no profile of this pool was measured in its own world (" + world +
+        "): predictions leave out what sharing costs; delete the pool's profiles to measure them again");
+  return scale.value_or(1.0);
+}
+
+// The allocation's predictions (and its step target) in the scaled units; the plan stays.
+void scale_allocation(Allocation& a, double scale, const std::function<void(const std::string&)>& say) {
   scale_step_prediction(a.predicted, scale);
   a.step_time_target *= scale;
   for (size_t r = 0; r < a.plans.size() && r < a.predicted.ranks.size(); ++r)
@@ -218,12 +244,14 @@ LocalPlanning plan_local_job(const JobFile& file, const LocalPlanningInputs& in)
       });
     });
   }
+  const std::string world_signature = local_world_signature(job, !in.rank_cpus.empty());
   auto profile_args = [&](const std::string& device_class, int64_t batch, int threads, const std::string& out) {
     std::vector<std::string> args = {worker, "profile", "--model", file.model_reference(), "--device-class", device_class,
                                      "--batch", std::to_string(batch), "--threads", std::to_string(threads),
                                      "--out", out, "--quiet"};
     if (!job.data.path.empty()) args.insert(args.end(), {"--data", job.data.path});
     if (in.profile_rounds > 0) args.insert(args.end(), {"--rounds", std::to_string(in.profile_rounds)});
+    if (job.pool.local.size() > 1) args.insert(args.end(), {"--world-signature", world_signature});
     return args;
   };
   auto profile_path = [&](const ProfileNeed& n) {
@@ -299,9 +327,13 @@ LocalPlanning plan_local_job(const JobFile& file, const LocalPlanningInputs& in)
   const LocalPlanRequest request = local_plan_request(file, ProfileStore(profiles), options);
   for (const std::string& n : request.notes) say("note: " + n);
   LocalPlanning out;
-  out.allocation = in.plans_dir.empty() ? allocate(request.request, request.strategy)
-                                        : replay_given_plans(request.request, in.plans_dir);
-  if (in.rank_cpus.empty() && pool_size > 1) apply_shared_cpu_scale(request.request, out.allocation, say);
+  // Pools sharing the CPUs plan in the replay's units: a step target the user set is divided by
+  // the scale, so the plan chosen meets it once scaled back.
+  const double scale = pool_size > 1 && in.rank_cpus.empty() ? shared_cpu_scale(request.request, world_signature, say) : 1.0;
+  AllocationRequest req = request.request;
+  if (req.step_time_target > 0) req.step_time_target /= scale;
+  out.allocation = in.plans_dir.empty() ? allocate(req, request.strategy) : replay_given_plans(req, in.plans_dir);
+  if (scale > 1.0) scale_allocation(out.allocation, scale, say);
   const Allocation& a = out.allocation;
   nlohmann::json ranks = nlohmann::json::array();
   for (const RankPrediction& p : a.predicted.ranks) ranks.push_back(rank_prediction_json(p));

@@ -339,6 +339,7 @@ DeviceProfile profile_run(const ProfileConfig& c) {
   if (coll && !world_step_seconds.empty()) {
     p.world_size = coll->world_size();
     p.world_step_seconds = median_of(world_step_seconds);
+    p.world_signature = c.world_signature;
   }
   p.source = "measured on " + (rank_device.is_cuda() ? rank_device.describe() + ", CUDA events" : cpu_model_name()) +
              " as " + device.name + " (" + std::to_string(c.threads) + " thread" + (c.threads == 1 ? "" : "s") +

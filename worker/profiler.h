@@ -41,6 +41,7 @@ struct ProfileConfig {
   int64_t steps = 5;         // measured steps per precision and round, after one discarded warm-up step
   int64_t rounds = 3;        // passes over the precisions; every op's median is over all rounds' steps
   std::string out;           // where the profile JSON goes ("": not written)
+  std::string world_signature;  // names the world it runs in (DeviceProfile::world_signature)
   OptimizerConfig optimizer; // AdamW by default, as `train`
   uint64_t seed = 1;
   bool quiet = false;        // no summary table on stdout

@@ -17,7 +17,8 @@ namespace qsync {
 const char* const PROFILE_USAGE =
     "usage: qsync-worker profile --model FILE|NAME --device-class C --batch B --out FILE [--threads N]\n"
     "         [--data DIR|FILE] [--steps S (measured steps per round, default 5)]\n"
-    "         [--rounds R (passes over the precisions, default 3)] [--optimizer adamw|sgd] [--seed S] [--quiet]\n";
+    "         [--rounds R (passes over the precisions, default 3)] [--optimizer adamw|sgd] [--seed S] [--quiet]\n"
+    "         [--world-signature TEXT (names the world of RANK/WORLD_SIZE in the profile)]\n";
 
 ProfileConfig profile_parse_args(int argc, char** argv) {
   ProfileConfig c;
@@ -40,6 +41,7 @@ ProfileConfig profile_parse_args(int argc, char** argv) {
     else if (a == "--out") c.out = v;
     else if (a == "--optimizer") c.optimizer.kind = optimizer_kind_from_name(v);
     else if (a == "--seed") c.seed = uint64_t(integer(a, v));
+    else if (a == "--world-signature") c.world_signature = v;
     else throw std::invalid_argument("unknown argument '" + a + "'\n" + PROFILE_USAGE);
   }
   for (const auto& [flag, missing] : {std::pair<const char*, bool>{"--model", c.model.empty()},
@@ -90,7 +92,13 @@ std::string profile_summary(const DeviceProfile& p) {
   std::snprintf(buf, sizeof buf, "optimizer step %.3f ms; static %.2f MiB; rest of a step %.3f ms, %.2f MiB\n",
                 p.optimizer_seconds * 1e3, double(p.static_bytes) / 1048576.0, p.step_overhead_seconds * 1e3,
                 double(p.step_overhead_bytes) / 1048576.0);
-  return out + buf;
+  out += buf;
+  if (p.world_size > 1) {
+    std::snprintf(buf, sizeof buf, "whole FP32 step of the world of %d: %.3f ms (%s)\n", p.world_size,
+                  p.world_step_seconds * 1e3, p.world_signature.empty() ? "unnamed" : p.world_signature.c_str());
+    out += buf;
+  }
+  return out;
 }
 
 }  // namespace qsync

@@ -45,6 +45,7 @@ DeviceProfile sample_profile(const ModelDesc& m, const std::string& device_class
   p.step_jitter = 0.0375;
   p.world_size = 3;
   p.world_step_seconds = 0.0268306;
+  p.world_signature = "cpu-avx2@43x1,cpu-sse41@43x1,cpu-sse41@42x1 unpinned";
   return p;
 }
 
@@ -80,6 +81,7 @@ void expect_same(const DeviceProfile& a, const DeviceProfile& b) {
   EXPECT_EQ(a.step_jitter, b.step_jitter);
   EXPECT_EQ(a.world_size, b.world_size);
   EXPECT_EQ(a.world_step_seconds, b.world_step_seconds);
+  EXPECT_EQ(a.world_signature, b.world_signature);
 }
 
 TEST(DeviceProfile, JsonRoundTripIsExact) {

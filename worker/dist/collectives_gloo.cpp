@@ -132,16 +132,20 @@ std::string local_address_towards(const RendezvousConfig& c) {
 int sched_policy_of(GlooLoopPolicy p) { return p == GlooLoopPolicy::kSchedIdle ? SCHED_IDLE : SCHED_BATCH; }
 
 // Gloo's TCP device, its event-loop thread running `loop`: created on a thread of that policy,
-// which the loop thread inherits (only from SCHED_OTHER: under a real-time or idle policy the
-// process keeps its own). Where the kernel refuses, Gloo runs as before, with a warning on stderr.
+// which the loop thread inherits (only from SCHED_OTHER or SCHED_BATCH, which any thread may
+// leave for either; under a real-time or idle policy the process keeps its own). Where the kernel
+// refuses, Gloo runs as before, with a warning on stderr.
 std::shared_ptr<gloo::transport::Device> create_tcp_device(const gloo::transport::tcp::attr& attr, GlooLoopPolicy loop) {
   std::shared_ptr<gloo::transport::Device> device;
   std::exception_ptr failure;
   std::thread creator([&] {
     const sched_param none{};
-    if (::sched_getscheduler(0) == SCHED_OTHER && ::sched_setscheduler(0, sched_policy_of(loop), &none) != 0)
+    const int current = ::sched_getscheduler(0);
+    if ((current == SCHED_OTHER || current == SCHED_BATCH) && ::sched_setscheduler(0, sched_policy_of(loop), &none) != 0) {
+      const int error = errno;
       std::fprintf(stderr, "qsync: gloo: cannot run the event-loop thread %s (%s); collectives may wait a scheduler "
-                   "slice behind computing threads\n", gloo_loop_policy_name(loop), std::strerror(errno));
+                   "slice behind computing threads\n", gloo_loop_policy_name(loop), std::strerror(error));
+    }
     try {
       device = gloo::transport::tcp::CreateDevice(attr);
     } catch (...) {
