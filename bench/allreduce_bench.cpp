@@ -163,7 +163,8 @@ int main(int argc, char** argv) {
       }
     } else {
       std::printf("usage: qsync-bench-allreduce [--ranks N] [--reps N] [--max-mib M] [--json FILE] [--comm-profile FILE]\n"
-                  "                             [--link LATENCY,BANDWIDTH (e.g. 50us,10GB/s)] [--gloo-loop idle|batch]\n");
+                  "                             [--link LATENCY,BANDWIDTH (e.g. 50us,10GB/s)]\n"
+                  "                             [--gloo-loop idle|batch]\n");
       return a == "--help" ? 0 : 2;
     }
   }
@@ -242,8 +243,8 @@ int main(int argc, char** argv) {
     c.alpha = fit.b;
     c.beta = fit.a;
     c.late_sync_seconds = late["late_sync_seconds"].get<double>();
-    c.source = "measured: Gloo all-reduce (sum, fp32) of " + std::to_string(ranks) + " ranks over loopback TCP, event loop " +
-               qsync::gloo_loop_policy_name(loop) +
+    c.source = "measured: Gloo all-reduce (sum, fp32) of " + std::to_string(ranks) +
+               " ranks over loopback TCP, event loop " + qsync::gloo_loop_policy_name(loop) +
                (link.enabled() ? " through the emulated link " + link.describe() : std::string()) + ", median of " + std::to_string(reps) + " per size, 4 B to " +
                std::to_string(max_mib) + " MiB, least squares of relative errors";
     qsync::comm_profile_write(comm_path, c);

@@ -172,7 +172,8 @@ std::string local_world_signature(const JobSpec& job, bool pinned) {
 // Unpinned ranks share the CPUs: predictions are scaled by what sharing cost the profiling world
 // beyond its replay (shared_cpu_step_scale, planner/replayer.h). 1 with a note when no profile
 // of the pool was measured in its own world.
-double shared_cpu_scale(const AllocationRequest& req, const std::string& world, const std::function<void(const std::string&)>& say) {
+double shared_cpu_scale(const AllocationRequest& req, const std::string& world,
+                        const std::function<void(const std::string&)>& say) {
   std::vector<const DeviceProfile*> pool;
   for (const PoolRank& d : req.pool) pool.push_back(&d.profile);
   const std::optional<double> scale = shared_cpu_step_scale(req.model, pool, req.comm, req.bucket_bytes, world);
@@ -329,7 +330,8 @@ LocalPlanning plan_local_job(const JobFile& file, const LocalPlanningInputs& in)
   LocalPlanning out;
   // Pools sharing the CPUs plan in the replay's units: a step target the user set is divided by
   // the scale, so the plan chosen meets it once scaled back.
-  const double scale = pool_size > 1 && in.rank_cpus.empty() ? shared_cpu_scale(request.request, world_signature, say) : 1.0;
+  const bool shares_cpus = pool_size > 1 && in.rank_cpus.empty();
+  const double scale = shares_cpus ? shared_cpu_scale(request.request, world_signature, say) : 1.0;
   AllocationRequest req = request.request;
   if (req.step_time_target > 0) req.step_time_target /= scale;
   out.allocation = in.plans_dir.empty() ? allocate(req, request.strategy) : replay_given_plans(req, in.plans_dir);

@@ -203,9 +203,10 @@ DeviceProfile profile_run(const ProfileConfig& c) {
 
   // In a world (RANK/WORLD_SIZE set, as `qsync run` does for a multi-rank pool), every step also
   // synchronizes its gradients as training does: the gradient-sync and Gloo threads then share
-  // this rank's CPUs while it computes, and the measured costs include what they take. The waits
-  // themselves are not timed.
-  World world = world_join(rendezvous_config_with_overrides(-1, -1, "", -1, 120), GlooLoopPolicy::kSchedIdle);  // as training
+  // this rank's CPUs while it computes (Gloo's event loop on training's policy), and the measured
+  // costs include what they take. The waits are in no op's cost; the world's whole FP32 steps,
+  // waits included, are kept apart (world_step_seconds).
+  World world = world_join(rendezvous_config_with_overrides(-1, -1, "", -1, 120), GlooLoopPolicy::kSchedIdle);
   Collectives* coll = world.collectives->world_size() > 1 ? world.collectives.get() : nullptr;
 
   MemoryAccount memory(0, "profile");
@@ -283,7 +284,8 @@ DeviceProfile profile_run(const ProfileConfig& c) {
           // Turn 0 runs every rank's first precision, FP32 (every class has it): the whole world
           // steps as a uniform FP32 job would, waits included.
           if (s > 0 && turn == 0 && run.mode == LayerPrecision::FP32)
-            world_step_seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - step_start).count());
+            world_step_seconds.push_back(
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - step_start).count());
         }
         if (s == 0) run.timer.discard_step();
         else run.timer.end_step();

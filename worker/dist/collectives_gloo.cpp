@@ -22,9 +22,10 @@
 // 18.33 ms over 8 jobs each, 21.68 -> 19.98 with 1 MiB buckets over 5; ViT 21.77 and 21.91 over 6,
 // CNN 169.5 and 168.0 over 4), but a woken caller preempts an idle-policy thread at once (likely
 // before it lets go of a buffer): an idle pair's small all-reduce 85 -> 107 us, tensor-parallel
-// decoding 1.91 -> 2.36 ms a token (5 runs each). So the caller chooses (GlooLoopPolicy, collectives.h). The
-// device is created on a short-lived thread that takes the policy first: the loop thread inherits
-// it, and no thread changes back (leaving SCHED_IDLE needs privileges a pod seldom has).
+// decoding 1.91 -> 2.36 ms a token (5 runs each). So the caller chooses (GlooLoopPolicy,
+// collectives.h). The device is created on a short-lived thread that takes the policy first: the
+// loop thread inherits it, and no thread changes back (leaving SCHED_IDLE needs privileges a pod
+// seldom has).
 // Gloo writes with writev(), so a dead peer would raise SIGPIPE: collectives_gloo() ignores SIGPIPE
 // process-wide when it still has the default action, turning it into an error Gloo reports.
 #include <arpa/inet.h>
@@ -135,13 +136,15 @@ int sched_policy_of(GlooLoopPolicy p) { return p == GlooLoopPolicy::kSchedIdle ?
 // which the loop thread inherits (only from SCHED_OTHER or SCHED_BATCH, which any thread may
 // leave for either; under a real-time or idle policy the process keeps its own). Where the kernel
 // refuses, Gloo runs as before, with a warning on stderr.
-std::shared_ptr<gloo::transport::Device> create_tcp_device(const gloo::transport::tcp::attr& attr, GlooLoopPolicy loop) {
+std::shared_ptr<gloo::transport::Device> create_tcp_device(const gloo::transport::tcp::attr& attr,
+                                                           GlooLoopPolicy loop) {
   std::shared_ptr<gloo::transport::Device> device;
   std::exception_ptr failure;
   std::thread creator([&] {
     const sched_param none{};
     const int current = ::sched_getscheduler(0);
-    if ((current == SCHED_OTHER || current == SCHED_BATCH) && ::sched_setscheduler(0, sched_policy_of(loop), &none) != 0) {
+    const bool may_change = current == SCHED_OTHER || current == SCHED_BATCH;
+    if (may_change && ::sched_setscheduler(0, sched_policy_of(loop), &none) != 0) {
       const int error = errno;
       std::fprintf(stderr, "qsync: gloo: cannot run the event-loop thread %s (%s); collectives may wait a scheduler "
                    "slice behind computing threads\n", gloo_loop_policy_name(loop), std::strerror(error));

@@ -39,8 +39,9 @@ struct RankResult {
 
 using RankBody = std::function<void(int rank, Rendezvous&, Collectives&)>;
 
-// Forks `world_size` ranks; each joins the rendezvous, connects Gloo with `timeout` (its
-// event loop on `loop`: training's by default) and runs `body`. Exit code 0: body returned; 2: body threw Mismatch; 3: CollectiveError; 4: other error.
+// Forks `world_size` ranks; each joins the rendezvous, connects Gloo with `timeout` (its event
+// loop on `loop`: training's by default) and runs `body`. Exit code 0: body returned; 2: body
+// threw Mismatch; 3: CollectiveError; 4: other error.
 // A rank still running after `limit` is killed (exit code -SIGKILL). Retries if the port got taken.
 inline std::vector<RankResult> run_ranks(int world_size, milliseconds timeout, const RankBody& body,
                                   milliseconds limit = milliseconds(20000),

@@ -231,7 +231,8 @@ std::vector<std::string> run_two_ranks(const LinkModel& link, const std::functio
           c.world_size = 2;
           c.timeout = milliseconds(10000);
           Rendezvous rv(c);
-          std::unique_ptr<Collectives> coll = collectives_with_link(collectives_gloo(rv, c.timeout, GlooLoopPolicy::kSchedIdle), link);
+          std::unique_ptr<Collectives> coll =
+              collectives_with_link(collectives_gloo(rv, c.timeout, GlooLoopPolicy::kSchedIdle), link);
           body(*coll);
         } catch (const std::exception& e) {
           message = "rank " + std::to_string(rank) + ": " + e.what();

@@ -52,7 +52,8 @@ std::vector<std::vector<float>> run_gloo_ranks(int world, const Body& body) {
         c.world_size = world;
         c.timeout = std::chrono::milliseconds(20000);
         Rendezvous rv(c);
-        std::unique_ptr<Collectives> coll = collectives_gloo(rv, c.timeout, GlooLoopPolicy::kSchedBatch);  // as qsync-worker infer
+        // As `qsync-worker infer` runs Gloo.
+        std::unique_ptr<Collectives> coll = collectives_gloo(rv, c.timeout, GlooLoopPolicy::kSchedBatch);
         results[size_t(r)] = body(*coll);
       } catch (...) {
         errors[size_t(r)] = std::current_exception();
