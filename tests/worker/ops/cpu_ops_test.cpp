@@ -92,6 +92,37 @@ TEST(CpuOps, MatmulBiasAndRowSumsOfA) {
   }
 }
 
+// The row sums a GEMM adds for the bias gradient (row_sums_of_a) are each row of op(a) summed in
+// its stored order, bit for bit the plain loop, at 1, 2 and 3 threads: op(a) = a^T (the linear
+// layer's weight gradient, dy^T x) over widths under, at and past a block of 16 columns, and
+// op(a) = a (a device that keeps dy transposed), past the size below which they stay on one thread.
+TEST(CpuOps, MatmulRowSumsOfAAreThePlainLoopAtAnyThreadCount) {
+  DeviceOps& ops = cpu_ops();
+  const int default_threads = omp_get_max_threads();
+  for (const bool transposed : {true, false}) {
+    for (const int64_t m : {int64_t{1}, int64_t{16}, int64_t{17}, int64_t{200}}) {
+      const int64_t k = (1 << 17) / m + 3, n = 2;
+      const auto av = normal(size_t(k * m), uint32_t(m)), bv = normal(size_t(k * n), 7);
+      const Tensor a = transposed ? host(av, {k, m}) : host(av, {m, k});
+      const Tensor b = host(bv, {k, n});
+      std::vector<float> start = normal(size_t(m), 9), want = start;
+      for (int64_t i = 0; i < m; ++i)
+        for (int64_t p = 0; p < k; ++p) want[size_t(i)] += transposed ? av[size_t(p * m + i)] : av[size_t(i * k + p)];
+      for (const int threads : {1, 2, 3}) {
+        omp_set_num_threads(threads);
+        Tensor sums = host(start, {m});
+        Tensor c = Tensor::zeros({m, n}, Precision::FP32, nullptr);
+        MatmulOptions o;
+        o.row_sums_of_a = &sums;
+        ops.matmul(a, transposed ? Transpose::YES : Transpose::NO, b, Transpose::NO, c, o);
+        EXPECT_EQ(0, std::memcmp(sums.f32(), want.data(), size_t(m) * sizeof(float)))
+            << "m=" << m << (transposed ? ", a^T, " : ", a, ") << threads << " threads";
+      }
+    }
+  }
+  omp_set_num_threads(default_threads);
+}
+
 // GELU and the derivative its training forward saves, against the formulas in double (Phi from
 // erfc, so the negative tail is exact too), on sizes with and without a vector tail and one over
 // the threading threshold; the forward without the derivative writes the same y bit for bit.
@@ -244,15 +275,14 @@ TEST(CpuOps, DequantizeAndRoundMatchTheScalarOraclesAtAnyThreadCount) {
   omp_set_num_threads(default_threads);
 }
 
-// With a loss scale S = 2^k the gradients carry S; the update unscales them exactly, so the
-// weights equal those of the unscaled step; a non-finite gradient skips the whole update.
 // The bias gradient sums each column over the rows in row order, as the plain loop does, at any
-// thread count (threads take blocks of 64 columns): widths under, at and past a block and not a
-// multiple of 16, bit for bit the scalar loop at 1, 2 and 3 threads, added to what db held.
+// thread count (threads take blocks of 16 columns: add_column_sums): widths under, at and past a
+// block and not a multiple of 16, bit for bit the scalar loop at 1, 2 and 3 threads, added to
+// what db held.
 TEST(CpuOps, BiasGradRowsIsThePlainLoopAtAnyThreadCount) {
   DeviceOps& ops = cpu_ops();
   const int default_threads = omp_get_max_threads();
-  for (const int64_t n : {int64_t{1}, int64_t{17}, int64_t{64}, int64_t{200}}) {
+  for (const int64_t n : {int64_t{1}, int64_t{16}, int64_t{17}, int64_t{64}, int64_t{200}}) {
     const int64_t m = (1 << 17) / n + 3;  // past the size below which it stays on one thread
     Tensor dy = Tensor::empty({m, n}, Precision::FP32, nullptr);
     std::mt19937 rng(static_cast<uint32_t>(n));
@@ -274,6 +304,8 @@ TEST(CpuOps, BiasGradRowsIsThePlainLoopAtAnyThreadCount) {
   omp_set_num_threads(default_threads);
 }
 
+// With a loss scale S = 2^k the gradients carry S; the update unscales them exactly, so the
+// weights equal those of the unscaled step; a non-finite gradient skips the whole update.
 TEST(CpuOps, OptimizerUnscalesAndSkipsNonFiniteSteps) {
   for (bool adamw : {true, false}) {
     Parameter a, b;

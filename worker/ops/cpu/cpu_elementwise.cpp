@@ -6,6 +6,7 @@
 #include <stdexcept>
 
 #include "worker/layers/layer_seed.h"
+#include "worker/ops/cpu/cpu_kernels.h"
 #include "worker/ops/cpu/vector_math.h"
 #include "worker/ops/cpu_ops.h"
 
@@ -151,26 +152,30 @@ void CpuOps::sum_batch_into(const Tensor& dy, Tensor& table) {
     for (int64_t i = 0; i < TC; ++i) dw[i] += dyp[b * TC + i];
 }
 
-// db[j] += sum over rows i of dy[i, j], each column's sum in row order (vectorized across j): the
-// threads take blocks of 64 columns, so the bits are the same at any thread count. It ran on
-// one thread before (about 0.6 ms of the char-GPT's int8 step), the rest of the team idle.
+void add_column_sums(const float* a, int64_t rows, int64_t cols, float* sums) {
+  constexpr int64_t BLOCK = 16;  // one AVX-512 vector, four SSE ones: the accumulators stay in registers
+  const int64_t blocks = (cols + BLOCK - 1) / BLOCK;
+#pragma omp parallel for schedule(static) if (rows * cols > (1 << 16) && blocks > 1)
+  for (int64_t b = 0; b < blocks; ++b) {
+    const int64_t j0 = b * BLOCK, width = std::min(BLOCK, cols - j0);
+    float acc[BLOCK];
+    for (int64_t j = 0; j < width; ++j) acc[j] = sums[j0 + j];
+    if (width == BLOCK) {
+      for (int64_t i = 0; i < rows; ++i)
+        for (int64_t j = 0; j < BLOCK; ++j) acc[j] += a[i * cols + j0 + j];
+    } else {
+      for (int64_t i = 0; i < rows; ++i)
+        for (int64_t j = 0; j < width; ++j) acc[j] += a[i * cols + j0 + j];
+    }
+    for (int64_t j = 0; j < width; ++j) sums[j0 + j] = acc[j];
+  }
+}
+
+// db[j] += sum over rows i of dy[i, j]: add_column_sums. It ran on one thread before (about
+// 0.6 ms of the char-GPT's int8 step), the rest of the team idle.
 void CpuOps::bias_grad_rows(const Tensor& dy, Tensor& db) {
   const int64_t N = db.numel(), M = N > 0 ? dy.numel() / N : 0;
-  constexpr int64_t BLOCK = 64;
-  const int64_t blocks = (N + BLOCK - 1) / BLOCK;
-  float* d = db.f32();
-  const float* g = dy.f32();
-#pragma omp parallel for schedule(static) if (M * N > (1 << 16) && blocks > 1)
-  for (int64_t b = 0; b < blocks; ++b) {
-    const int64_t j0 = b * BLOCK, width = std::min(BLOCK, N - j0);
-    float acc[BLOCK];
-    for (int64_t j = 0; j < width; ++j) acc[j] = d[j0 + j];
-    for (int64_t i = 0; i < M; ++i) {
-      const float* row = g + i * N + j0;
-      for (int64_t j = 0; j < width; ++j) acc[j] += row[j];
-    }
-    for (int64_t j = 0; j < width; ++j) d[j0 + j] = acc[j];
-  }
+  add_column_sums(dy.f32(), M, N, db.f32());
 }
 
 }  // namespace qsync

@@ -99,17 +99,16 @@ void CpuOps::matmul(const Tensor& a, Transpose ta, const Tensor& b, Transpose tb
                              " (they are taken from FP32 data only)");
     float* sums = o.row_sums_of_a->f32();
     const float* ap = a.as<float>();
-    // Threads own blocks of sums, each walking its rows in order: the same sums at any thread count.
+    // Each sum walks its rows in order: the same sums at any thread count.
     if (a_t) {
-      constexpr int64_t BLOCK = 64;
-#pragma omp parallel for if (ra * ca > (1 << 16))
-      for (int64_t i0 = 0; i0 < ca; i0 += BLOCK)
-        for (int64_t r = 0; r < ra; ++r)
-          for (int64_t i = i0; i < std::min(ca, i0 + BLOCK); ++i) sums[i] += ap[r * ca + i];
+      add_column_sums(ap, ra, ca, sums);
     } else {
 #pragma omp parallel for if (ra * ca > (1 << 16))
-      for (int64_t i = 0; i < ra; ++i)
-        for (int64_t k = 0; k < ca; ++k) sums[i] += ap[i * ca + k];
+      for (int64_t i = 0; i < ra; ++i) {
+        float s = sums[i];
+        for (int64_t k = 0; k < ca; ++k) s += ap[i * ca + k];
+        sums[i] = s;
+      }
     }
   }
 }
