@@ -4,14 +4,18 @@
 // for a layout (int8 with a transposed A, say), the operand is repacked into a layout it runs
 // natively. Precisions without a native kernel are decoded to FP32 first ("emulated"). INT8
 // products with few rows and many columns, or a long K, run as slices, one oneDNN call per
-// thread (gemm_int8_slices.h).
+// thread (gemm_int8_slices.h); so do large FP32 and BF16 products, over C's rows or columns
+// (gemm_float_slices.h).
 #include "kernels/cpu/gemm_onednn.h"
+
+#include <omp.h>
 
 #include <map>
 #include <mutex>
 #include <string>
 #include <tuple>
 
+#include "kernels/cpu/gemm_float_slices.h"
 #include "kernels/cpu/gemm_int8_slices.h"
 #include "kernels/cpu/gemm_operand_pack.h"
 #include "kernels/cpu/onednn_matmul.h"
@@ -190,7 +194,10 @@ class GemmBackendOnednn final : public GemmBackend {
       return;
     }
     const int slices = column_slices(key);
-    if (slices > 1) {
+    const OutputSlices float_slices = float_output_slices(key, omp_in_parallel() ? 1 : omp_get_max_threads());
+    if (float_slices.count > 1) {
+      run_output_slices(key, operands, float_slices);
+    } else if (slices > 1) {
       run_column_slices(key, operands, slices);
     } else {
       run_matmul(key, operands, 0);
