@@ -11,7 +11,7 @@ namespace qsync::onednn_matmul {
 // On two threads oneDNN's own split of these products bought little: the char-GPT's BF16 weight
 // gradients (128 x 512 x 2048, transposed A) ran 1.27x faster than on one thread, its FP32
 // forwards (2048 x 512 x 128) 1.76x. Two single-threaded calls, each over half of C, took the
-// char-GPT's int8 step (BF16 backward) 23.75 -> 21.93 ms and its FP32 step 34.34 -> 32.90 (AMD
+// char-GPT's int8 step (BF16 backward) 23.85 -> 22.49 ms and its FP32 step 34.71 -> 33.21 (AMD
 // EPYC Zen 5, 2 threads, medians of 3 interleaved runs). Each call packs the operand it does not
 // slice whole, so the slices pay where the product is big enough to hide that: at least 4 M
 // multiply-adds. FP32 only along rows with A as stored: a single-threaded FP32 call with a

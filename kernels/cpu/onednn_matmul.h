@@ -27,7 +27,7 @@ struct MatmulKey {
   float beta;
   bool a_zero_point = false;  // u8 A with a runtime source zero point (see Int8Input)
   bool bias = false;          // an FP32 (1, n) bias in the epilogue (only without scales and beta)
-  bool one_thread = false;    // built and run with one OpenMP thread (a slice: column_slices, k_sliced, float_output_slices)
+  bool one_thread = false;    // built and run with one OpenMP thread (a slice of the *_slices.h splits)
   dt c_type = dt::f32;        // s32: a K slice's exact sums (see k_sliced)
   auto tie() const {
     return std::tie(a_type, b_type, m, n, k, ta, tb, lda, ldb, ldc, scale_mask, beta, a_zero_point, bias, one_thread,
