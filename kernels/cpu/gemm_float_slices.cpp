@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "kernels/cpu/gemm_int8_slices.h"
 #include "kernels/cpu/onednn_host.h"
 
 namespace qsync::onednn_matmul {
@@ -31,19 +32,14 @@ OutputSlices float_output_slices(const MatmulKey& key, int threads) {
 }
 
 void run_output_slices(const MatmulKey& key, const MatmulOperands& o, const OutputSlices& s) {
-  const int64_t side = s.rows ? key.m : key.n;
-  const int64_t width = ((side + s.count - 1) / s.count + 15) / 16 * 16;
+  if (!s.rows) return run_column_slices(key, o, s.count);
+  const int64_t width = ((key.m + s.count - 1) / s.count + 15) / 16 * 16;  // as the column slices
   const int64_t a_elem = key.a_type == dt::bf16 ? 2 : 4;
   run_parts_one_thread_each(s.count, [&](int t) {
     const int64_t begin = t * width;
-    if (begin >= side) return;
+    if (begin >= key.m) return;
     MatmulKey slice = key;
     slice.one_thread = true;
-    if (!s.rows) {
-      slice.n = std::min(width, key.n - begin);
-      run_matmul(slice, o, begin);
-      return;
-    }
     slice.m = std::min(width, key.m - begin);
     MatmulOperands part = o;  // rows [begin, begin + m) of op(A) and of C; B, the bias and scales whole
     part.a = static_cast<const uint8_t*>(o.a) + begin * (key.ta ? 1 : key.lda) * a_elem;

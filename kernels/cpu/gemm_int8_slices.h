@@ -12,7 +12,8 @@ namespace qsync::onednn_matmul {
 // Whether a product runs as column slices, and into how many (1: whole, on oneDNN's threads).
 bool column_sliced(const MatmulKey& key);
 int column_slices(const MatmulKey& key);
-// Runs `key` as `slices` column slices.
+// Runs `key` as `slices` column slices (of any types: FP32 and BF16 products take them too,
+// gemm_float_slices.h).
 void run_column_slices(const MatmulKey& key, const MatmulOperands& o, int slices);
 
 // Whether a product runs as K slices (never one that column_sliced takes).

@@ -82,12 +82,7 @@ double compare_with_ref(const GemmBackend& backend, const PrecisionCase& pc, Tra
   std::vector<float> c_backend = c0, c_ref = c0;
   std::vector<float> bias_values(size_t(s.n));
   for (auto& v : bias_values) v = dist(rng);
-  GemmDesc d;
-  d.m = s.m, d.n = s.n, d.k = s.k;
-  d.a = a.op, d.b = b.op;
-  d.ldc = ldc;
-  d.beta = beta;
-  if (bias) d.bias = bias_values.data();
+  GemmDesc d = testing::gemm_desc(s, a, b, ldc, beta, bias ? bias_values.data() : nullptr);
   d.c = c_ref.data();
   gemm_ref(d);
   d.c = c_backend.data();

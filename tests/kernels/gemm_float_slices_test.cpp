@@ -85,12 +85,8 @@ TEST(GemmFloatSlices, SlicedProductsOnThreeThreadsMatchTheReference) {
           for (float& v : bias) v = dist(rng);
           for (float& v : c0) v = dist(rng);
           std::vector<float> got = c0, want = c0;
-          GemmDesc d;
-          d.m = s.m, d.n = s.n, d.k = s.k;
-          d.a = a.op, d.b = b.op;
-          d.ldc = s.n + pad;
-          d.beta = with_bias ? 0.0f : 0.5f;
-          d.bias = with_bias ? bias.data() : nullptr;
+          GemmDesc d = testing::gemm_desc(s, a, b, s.n + pad, with_bias ? 0.0f : 0.5f,
+                                          with_bias ? bias.data() : nullptr);
           d.c = want.data();
           gemm_ref(d);
           d.c = got.data();

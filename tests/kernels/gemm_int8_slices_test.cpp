@@ -65,12 +65,8 @@ void check_slices(const testing::Shape& s, uint32_t seed) {
         std::vector<float> out[3] = {c0, c0, c0};  // three threads, one, the ref backend
         for (int run = 0; run < 3; ++run) {
           omp_set_num_threads(run == 0 ? 3 : 1);
-          GemmDesc d;
-          d.m = s.m, d.n = s.n, d.k = s.k;
-          d.a = a.op, d.b = b.op;
-          d.ldc = s.n + pad;
-          d.beta = with_bias ? 0.0f : 0.5f;
-          d.bias = with_bias ? bias.data() : nullptr;
+          GemmDesc d = testing::gemm_desc(s, a, b, s.n + pad, with_bias ? 0.0f : 0.5f,
+                                          with_bias ? bias.data() : nullptr);
           d.c = out[run].data();
           (run == 2 ? ref : cpu).gemm(d);
         }

@@ -91,6 +91,20 @@ inline double nmse(const float* x, const float* y, int64_t m, int64_t n, int64_t
 struct Shape {
   int64_t m, n, k;
 };
+
+// The descriptor of C (m, n; row stride ldc) = op(a) op(b) + beta C, plus `bias` where not null;
+// the caller sets d.c.
+inline GemmDesc gemm_desc(const Shape& s, const TestOperand& a, const TestOperand& b, int64_t ldc, float beta,
+                          const float* bias) {
+  GemmDesc d;
+  d.m = s.m, d.n = s.n, d.k = s.k;
+  d.a = a.op, d.b = b.op;
+  d.ldc = ldc;
+  d.beta = beta;
+  d.bias = bias;
+  return d;
+}
+
 // 1, odd sizes, sizes just past tile multiples (16, 32, 64), tall and skinny, K longer than tiles.
 inline const std::vector<Shape>& awkward_shapes() {
   static const std::vector<Shape> shapes = {
