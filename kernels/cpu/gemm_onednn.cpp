@@ -194,9 +194,9 @@ class GemmBackendOnednn final : public GemmBackend {
       return;
     }
     const int slices = column_slices(key);
-    const OutputSlices float_slices = float_output_slices(key, omp_in_parallel() ? 1 : omp_get_max_threads());
-    if (float_slices.count > 1) {
-      run_output_slices(key, operands, float_slices);
+    const FloatSlices float_split = float_slices(key, omp_in_parallel() ? 1 : omp_get_max_threads());
+    if (float_split.count > 1) {
+      run_float_slices(key, operands, float_split);
     } else if (slices > 1) {
       run_column_slices(key, operands, slices);
     } else {

@@ -5,12 +5,14 @@
 //
 // Bit-exactness with the CPU loops: ReLU, the residual add, dropout (same counter-based mask),
 // the broadcast add, the batch sums (one thread per element, batch in order) and the bias row
-// sums (one thread per column, rows in order) are bit-identical to the CPU. GELU uses CUDA's
+// sums (kernels/column_sum_order.h) are bit-identical to the CPU. GELU uses CUDA's
 // erff / expf, the CPU its own erfc polynomial and exp (worker/ops/cpu/gelu_math.cpp): both within
 // a few 1e-7 of the exact values, not identical.
 #pragma once
 
 #include <cstdint>
+
+#include "kernels/column_sum_order.h"
 
 namespace qsync {
 
@@ -30,14 +32,9 @@ void dropout_backward_cuda(const float* dy, const uint8_t* mask, float* dx, int6
 void add_broadcast_cuda(const float* x, const float* table, float* y, int64_t batch, int64_t n, void* stream);
 // table (N) += sum_b dy (B, N): one thread per element, b in order (the CPU's sums, bit for bit)
 void sum_batch_into_cuda(const float* dy, float* table, int64_t batch, int64_t n, void* stream);
-// db (N) += sum over rows of dy (M, N). Up to COLUMN_SUM_CHUNK rows: rows in order (the CPU's
-// sums); more: partial sums of COLUMN_SUM_CHUNK consecutive rows each (in order), then the
-// partials in order: a fixed order (deterministic), not the CPU's. `scratch` holds
-// column_sum_scratch_floats(rows, n) floats.
-inline constexpr int64_t COLUMN_SUM_CHUNK = 128;
-inline int64_t column_sum_scratch_floats(int64_t rows, int64_t n) {
-  return rows <= COLUMN_SUM_CHUNK ? 0 : (rows + COLUMN_SUM_CHUNK - 1) / COLUMN_SUM_CHUNK * n;
-}
+// db (N) += sum over rows of dy (M, N) in kernels/column_sum_order.h's order (the CPU's bits).
+// `scratch` holds column_sum_scratch_floats(rows, n) floats.
+inline int64_t column_sum_scratch_floats(int64_t rows, int64_t n) { return column_sum_chunks(rows) * n; }
 void bias_grad_rows_cuda(const float* dy, float* db, int64_t rows, int64_t n, float* scratch, void* stream);
 // y (M, N) += b (N) on every row
 void bias_add_rows_cuda(float* y, const float* b, int64_t rows, int64_t n, void* stream);

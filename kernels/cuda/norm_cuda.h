@@ -1,8 +1,8 @@
 // File: kernels/cuda/norm_cuda.h
 // CUDA layer norm over the last dimension C (the CUDA side of worker/ops/cpu/cpu_layers.cpp):
-// one warp per row; the gain and bias gradients sum the rows in chunks of COLUMN_SUM_CHUNK rows
-// (in order), then the chunks in order: deterministic, not the CPU's order. A plain C++ header:
-// `stream` is a cudaStream_t as void*; device pointers; enqueue only.
+// one warp per row; the gain and bias gradients sum the rows in kernels/column_sum_order.h's
+// order, as the CPU's (dw adds dy * xhat rounded, as the CPU's unfused multiply). A plain C++
+// header: `stream` is a cudaStream_t as void*; device pointers; enqueue only.
 #pragma once
 
 #include <cstdint>

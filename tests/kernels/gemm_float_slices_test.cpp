@@ -1,7 +1,7 @@
-// Unit test of the cpu GEMM backend's FP32 and BF16 output slices (kernels/cpu/gemm_float_slices.h):
-// which products split over the threads, along C's rows or columns, and that a split product on
-// three threads is the reference's within the FP32 accumulation order, in every transpose case,
-// with beta and with a bias, on padded strides. Runs as the test device class
+// Unit test of the cpu GEMM backend's FP32 and BF16 slices (kernels/cpu/gemm_float_slices.h):
+// which products split over the threads, along C's rows or columns or along K, and that a split
+// product on three threads is the reference's within the FP32 accumulation order, in every
+// transpose case, with beta and with a bias, on padded strides. Runs as the test device class
 // (tests/kernels/test_device_class.h): where BF16 is not native it is decoded to FP32 first and
 // takes FP32's rule.
 #include <gtest/gtest.h>
@@ -21,39 +21,46 @@ namespace qsync {
 namespace {
 
 using onednn_matmul::dt;
-using onednn_matmul::float_output_slices;
+using onednn_matmul::float_slices;
+using onednn_matmul::FloatSlices;
 using onednn_matmul::MatmulKey;
-using onednn_matmul::OutputSlices;
+using Side = FloatSlices::Side;
 
-OutputSlices slices_of(dt type, int64_t m, int64_t n, int64_t k, bool ta, int threads) {
+FloatSlices slices_of(dt type, int64_t m, int64_t n, int64_t k, bool ta, int threads) {
   const MatmulKey key{type, type, m, n, k, ta, false, ta ? m : k, n, n, -1, 0.0f};
-  return float_output_slices(key, threads);
+  return float_slices(key, threads);
 }
 
-// BF16: along the longer side of C, whatever the layout; FP32: along rows with A as stored only.
-// Whole below 4 M multiply-adds, on one thread, for INT8 (its own slices), and where the side
-// holds fewer vectors of 16 than there are threads.
+void expect_split(const FloatSlices& s, int count, Side side) {
+  EXPECT_EQ(s.count, count);
+  EXPECT_EQ(int(s.side), int(side));
+}
+
+// K of twice C's longer side and more (a weight gradient): along K, BF16 in any layout, FP32 with A
+// as stored. Else BF16 along the longer side of C, whatever the layout; FP32 along rows with A as
+// stored only. Whole below 4 M multiply-adds, on one thread, for INT8 (its own slices), where the
+// side holds fewer vectors of 16 than there are threads; a K under 2 x 256 is not split.
 TEST(GemmFloatSlices, WhichProductsSplitAndAlongWhichSide) {
-  const OutputSlices bf16_rows = slices_of(dt::bf16, 2048, 128, 512, false, 2);
-  EXPECT_EQ(bf16_rows.count, 2);
-  EXPECT_TRUE(bf16_rows.rows);
-  const OutputSlices bf16_columns = slices_of(dt::bf16, 128, 512, 2048, true, 2);  // a weight gradient
-  EXPECT_EQ(bf16_columns.count, 2);
-  EXPECT_FALSE(bf16_columns.rows);
-  const OutputSlices fp32_rows = slices_of(dt::f32, 2048, 512, 128, false, 3);
-  EXPECT_EQ(fp32_rows.count, 3);
-  EXPECT_TRUE(fp32_rows.rows);
+  expect_split(slices_of(dt::bf16, 2048, 128, 512, false, 2), 2, Side::ROWS);
+  expect_split(slices_of(dt::bf16, 128, 512, 2048, true, 2), 2, Side::DEPTH);  // a weight gradient
+  expect_split(slices_of(dt::bf16, 128, 512, 1000, true, 2), 2, Side::COLUMNS);
+  expect_split(slices_of(dt::f32, 2048, 512, 128, false, 3), 3, Side::ROWS);
+  expect_split(slices_of(dt::f32, 128, 128, 4096, false, 2), 2, Side::DEPTH);
   EXPECT_EQ(slices_of(dt::f32, 512, 128, 2048, true, 2).count, 1);   // transposed A
   EXPECT_EQ(slices_of(dt::f32, 128, 1024, 784, false, 2).count, 1);  // more columns than rows
   EXPECT_EQ(slices_of(dt::bf16, 2048, 128, 8, false, 2).count, 1);   // 2 M multiply-adds
   EXPECT_EQ(slices_of(dt::bf16, 2048, 128, 512, false, 1).count, 1);
   EXPECT_EQ(slices_of(dt::s8, 2048, 128, 512, false, 2).count, 1);
-  EXPECT_EQ(slices_of(dt::bf16, 20, 20, 20000, false, 3).count, 2);  // 20 rows: two vectors' worth
-  EXPECT_EQ(slices_of(dt::bf16, 16, 16, 20000, false, 3).count, 1);
+  expect_split(slices_of(dt::bf16, 20, 20, 20000, false, 3), 3, Side::DEPTH);
+  expect_split(slices_of(dt::bf16, 20, 700, 400, false, 3), 3, Side::COLUMNS);
+  EXPECT_EQ(slices_of(dt::bf16, 16, 16, 20000, false, 3).count, 3);
+  EXPECT_EQ(slices_of(dt::bf16, 64, 64, 1000, false, 2).count, 1);     // under 2^22 multiply-adds
+  expect_split(slices_of(dt::bf16, 128, 128, 300, false, 2), 2, Side::ROWS);  // K under 2 x 256
 }
 
 // 333 x 40 (row slices of 112, 112 and 109 on three threads) and 40 x 333 (column slices for BF16,
-// whole for FP32), K of 400: past 4 M multiply-adds. Tolerance: both sides sum exact products
+// whole for FP32), K of 400; 48 x 40 with K of 4100 (depth slices of 1376, 1376 and 1348 for BF16
+// and for FP32 with A as stored): past 4 M multiply-adds. Tolerance: both sides sum exact products
 // (FP32 or BF16 operands) in FP32 and double, so they differ by the FP32 accumulation order alone,
 // NMSE ~ k 2^-48 ~ 1e-12; 1e-9 as gemm_backend_test.
 TEST(GemmFloatSlices, SlicedProductsOnThreeThreadsMatchTheReference) {
@@ -68,7 +75,8 @@ TEST(GemmFloatSlices, SlicedProductsOnThreeThreadsMatchTheReference) {
   const int64_t pad = 3;
   uint32_t seed = 500;
   for (const Precision p : {Precision::FP32, Precision::BF16})
-    for (const testing::Shape s : {testing::Shape{333, 40, 400}, testing::Shape{40, 333, 400}})
+    for (const testing::Shape s :
+         {testing::Shape{333, 40, 400}, testing::Shape{40, 333, 400}, testing::Shape{48, 40, 4100}})
       for (const auto& t : layouts)
         for (const bool with_bias : {false, true}) {
           SCOPED_TRACE(device.name + " " + precision_name(p) + " " + std::to_string(s.m) + "x" +

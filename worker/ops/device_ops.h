@@ -227,7 +227,8 @@ class DeviceOps {
   virtual void add_broadcast(const Tensor& x, const Tensor& table, Tensor& y) = 0;
   // table (N) += sum over b of dy (B, N), b in order.
   virtual void sum_batch_into(const Tensor& dy, Tensor& table) = 0;
-  // db (N) += sum over rows of dy (M, N), rows in order (a Linear's bias gradient).
+  // db (N) += sum over rows of dy (M, N) in kernels/column_sum_order.h's order (a Linear's bias
+  // gradient).
   virtual void bias_grad_rows(const Tensor& dy, Tensor& db) = 0;
 
   // ---- layers ---------------------------------------------------------------------------------

@@ -1,8 +1,9 @@
 // File: tests/worker/ops/cpu_layernorm_test.cpp
 // CpuOps' layer norm (rows summed side by side in groups) against its plain per-row loops
 // (layernorm_rows_ref / layernorm_backward_ref) over awkward shapes: one row, row counts below,
-// at and around the group of 8 (7, 8, 9, 17), one channel, odd channel counts (3, 33) and the
-// char-GPT's (2048 rows of 128), on 1 and 2 threads. Tolerance: none, every output must be bit
+// at and around the group of 8 (7, 8, 9, 17), one channel, odd channel counts (3, 33), rows past
+// one chunk of the gain and bias sums and not a multiple of it or of the group (300: chunks of
+// 128, 128, 44) and the char-GPT's (2048 rows of 128), on 1, 2 and 3 threads. Tolerance: none, every output must be bit
 // for bit the oracle's (the same adds in the same order for every row).
 #include <gtest/gtest.h>
 
@@ -30,9 +31,9 @@ Tensor random_tensor(const Shape& s, uint32_t seed, float mean = 0.0f) {
 bool same_bits(const float* a, const float* b, int64_t n) { return std::memcmp(a, b, size_t(n) * sizeof(float)) == 0; }
 
 TEST(CpuLayerNorm, MatchesThePlainLoopsBitForBit) {
-  const std::vector<std::pair<int64_t, int64_t>> shapes = {{1, 4}, {7, 3}, {8, 1}, {9, 33}, {17, 128}, {2048, 128}};
+  const std::vector<std::pair<int64_t, int64_t>> shapes = {{1, 4}, {7, 3}, {8, 1}, {9, 33}, {17, 128}, {300, 33}, {2048, 128}};
   const int threads_before = omp_get_max_threads();
-  for (int threads : {1, 2}) {
+  for (int threads : {1, 2, 3}) {
     omp_set_num_threads(threads);
     for (const auto& [R, C] : shapes) {
       const std::string what = std::to_string(R) + " rows of " + std::to_string(C) + ", threads " + std::to_string(threads);

@@ -92,11 +92,12 @@ TEST(CpuOps, MatmulBiasAndRowSumsOfA) {
   }
 }
 
-// The row sums a GEMM adds for the bias gradient (row_sums_of_a) are each row of op(a) summed in
-// its stored order, bit for bit the plain loop, at 1, 2 and 3 threads: op(a) = a^T (the linear
-// layer's weight gradient, dy^T x) over widths under, at and past a block of 16 columns, and
-// op(a) = a (a device that keeps dy transposed), past the size below which they stay on one thread.
-TEST(CpuOps, MatmulRowSumsOfAAreThePlainLoopAtAnyThreadCount) {
+// The row sums a GEMM adds for the bias gradient (row_sums_of_a), bit for bit at 1, 2 and 3
+// threads: op(a) = a^T (the linear layer's weight gradient, dy^T x) as the column sums of the
+// stored a in kernels/column_sum_order.h's order (add_column_sums_ref), over widths under, at and
+// past a block of 16 columns; op(a) = a (a device that keeps dy transposed), each row in its
+// stored order; past the size below which they stay on one thread.
+TEST(CpuOps, MatmulRowSumsOfAFollowTheColumnSumOrderAtAnyThreadCount) {
   DeviceOps& ops = cpu_ops();
   const int default_threads = omp_get_max_threads();
   for (const bool transposed : {true, false}) {
@@ -106,8 +107,12 @@ TEST(CpuOps, MatmulRowSumsOfAAreThePlainLoopAtAnyThreadCount) {
       const Tensor a = transposed ? host(av, {k, m}) : host(av, {m, k});
       const Tensor b = host(bv, {k, n});
       std::vector<float> start = normal(size_t(m), 9), want = start;
-      for (int64_t i = 0; i < m; ++i)
-        for (int64_t p = 0; p < k; ++p) want[size_t(i)] += transposed ? av[size_t(p * m + i)] : av[size_t(i * k + p)];
+      if (transposed) {
+        add_column_sums_ref(av.data(), k, m, want.data());
+      } else {
+        for (int64_t i = 0; i < m; ++i)
+          for (int64_t p = 0; p < k; ++p) want[size_t(i)] += av[size_t(i * k + p)];
+      }
       for (const int threads : {1, 2, 3}) {
         omp_set_num_threads(threads);
         Tensor sums = host(start, {m});
@@ -275,14 +280,14 @@ TEST(CpuOps, DequantizeAndRoundMatchTheScalarOraclesAtAnyThreadCount) {
   omp_set_num_threads(default_threads);
 }
 
-// The bias gradient sums each column over the rows in row order, as the plain loop does, at any
-// thread count (threads take blocks of 16 columns: add_column_sums): widths under, at and past a
-// block and not a multiple of 16, bit for bit the scalar loop at 1, 2 and 3 threads, added to
-// what db held.
-TEST(CpuOps, BiasGradRowsIsThePlainLoopAtAnyThreadCount) {
+// The bias gradient sums each column in kernels/column_sum_order.h's order (add_column_sums_ref) at
+// any thread count: widths under, at and past a block of 16 columns and not a multiple of 16,
+// with rows in many chunks (one not full) and, at 2000 columns, in one (summed in place, the
+// threads over columns); bit for bit at 1, 2 and 3 threads, added to what db held.
+TEST(CpuOps, BiasGradRowsFollowsTheColumnSumOrderAtAnyThreadCount) {
   DeviceOps& ops = cpu_ops();
   const int default_threads = omp_get_max_threads();
-  for (const int64_t n : {int64_t{1}, int64_t{16}, int64_t{17}, int64_t{64}, int64_t{200}}) {
+  for (const int64_t n : {int64_t{1}, int64_t{16}, int64_t{17}, int64_t{64}, int64_t{200}, int64_t{2000}}) {
     const int64_t m = (1 << 17) / n + 3;  // past the size below which it stays on one thread
     Tensor dy = Tensor::empty({m, n}, Precision::FP32, nullptr);
     std::mt19937 rng(static_cast<uint32_t>(n));
@@ -290,8 +295,7 @@ TEST(CpuOps, BiasGradRowsIsThePlainLoopAtAnyThreadCount) {
     for (int64_t i = 0; i < m * n; ++i) dy.f32()[i] = dist(rng);
     std::vector<float> start(static_cast<size_t>(n)), want(static_cast<size_t>(n));
     for (int64_t j = 0; j < n; ++j) want[size_t(j)] = start[size_t(j)] = dist(rng);
-    for (int64_t i = 0; i < m; ++i)
-      for (int64_t j = 0; j < n; ++j) want[size_t(j)] += dy.f32()[i * n + j];
+    add_column_sums_ref(dy.f32(), m, n, want.data());
     for (const int threads : {1, 2, 3}) {
       omp_set_num_threads(threads);
       Tensor db = Tensor::empty({n}, Precision::FP32, nullptr);

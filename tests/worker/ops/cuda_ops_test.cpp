@@ -107,13 +107,15 @@ TEST(CudaOps, ElementwiseOpsAreBitIdentical) {
   cpu.sum_batch_into(y, acc);
   gpu()->sum_batch_into(dy, dtable);
   expect_bitwise(acc, back(dtable), "sum_batch_into");
-  // Bias row sums: up to 128 rows in the CPU's order
-  const Tensor g = host_normal({100, 33}, 4);
-  Tensor db = Tensor::zeros({33}, Precision::FP32, nullptr);
-  Tensor ddb = to_gpu(db);
-  cpu.bias_grad_rows(g, db);
-  gpu()->bias_grad_rows(to_gpu(g), ddb);
-  expect_bitwise(db, back(ddb), "bias_grad_rows");
+  // Bias row sums in kernels/column_sum_order.h's order: one chunk (in place), three (partials)
+  for (const int64_t rows : {int64_t{100}, int64_t{300}}) {
+    const Tensor g = host_normal({rows, 33}, 4);
+    Tensor db = host_normal({33}, 5);
+    Tensor ddb = to_gpu(db);
+    cpu.bias_grad_rows(g, db);
+    gpu()->bias_grad_rows(to_gpu(g), ddb);
+    expect_bitwise(db, back(ddb), "bias_grad_rows, " + std::to_string(rows) + " rows");
+  }
 }
 
 // GELU: CUDA's erff / expf against the CPU's erfc polynomial and exp (each within a few 1e-7 of

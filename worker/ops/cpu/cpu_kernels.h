@@ -8,6 +8,7 @@
 
 #include <cstdint>
 
+#include "kernels/column_sum_order.h"
 #include "worker/ops/device_ops.h"
 
 namespace qsync {
@@ -39,11 +40,12 @@ void convert_to_sixteen_bit(const float* x, uint16_t* y, int64_t n, Precision to
 // std::logic_error naming the op `what` unless `to` is BF16 or FP16.
 void require_sixteen_bit(Precision to, const char* what);
 
-// sums[j] += sum over rows i of a[i, j] for a (rows, cols): each column's sum in row order,
-// vectorized across columns; the threads take blocks of 16 columns, so the bits are the same at
-// any thread count. The bias gradient of a linear layer, and the row sums of a transposed GEMM
-// operand (CpuOps::matmul's row_sums_of_a).
+// sums[j] += sum over rows i of a[i, j] for a (rows, cols), in kernels/column_sum_order.h's order
+// (the same bits at any thread count, and as CUDA's), vectorized across columns, the threads
+// over chunks of rows. The bias gradient of a linear layer, and the row sums of a transposed
+// GEMM operand (CpuOps::matmul's row_sums_of_a). _ref: the plain loops in that order.
 void add_column_sums(const float* a, int64_t rows, int64_t cols, float* sums);
+void add_column_sums_ref(const float* a, int64_t rows, int64_t cols, float* sums);
 
 // The convolution's bias gradient pass (conv_bias_grad.cpp): db (O) += sum over samples and
 // positions of dy (B, O, H'W'), in a fixed order (the same bits at any thread count, and as the

@@ -7,9 +7,11 @@
 // 8x8 tiles and transposes them in registers (tile_transpose.h), so that one AVX2 lane follows
 // one row: lane g adds row g's channels in their order. The results are bit for bit the _ref's (-ffp-contract=off
 // fuses nothing, and the intrinsics multiply and add separately).
+#include <algorithm>
 #include <cmath>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "worker/ops/cpu/cpu_kernels.h"
 #include "worker/ops/cpu/tile_transpose.h"
@@ -44,7 +46,8 @@ void layernorm_rows_ref(const float* x, const float* weight, const float* bias, 
 }
 
 // dx = rstd * (dnorm - mean(dnorm) - xhat * mean(dnorm * xhat)), dnorm = w * dy;
-// dweight += sum over rows of dy * xhat, dbias += sum over rows of dy (rows in order)
+// dweight += sum over rows of dy * xhat, dbias += sum over rows of dy: per chunk of
+// COLUMN_SUM_CHUNK rows (rows in order), then the chunks in order (kernels/column_sum_order.h)
 void layernorm_backward_ref(const float* dy, const float* xhat, const float* rstd, const float* w, int64_t rows,
                             int64_t C, float* dx, float* dw, float* db) {
   for (int64_t r = 0; r < rows; ++r) {
@@ -59,10 +62,16 @@ void layernorm_backward_ref(const float* dy, const float* xhat, const float* rst
     for (int64_t c = 0; c < C; ++c)
       dx[r * C + c] = rstd[r] * (w[c] * dy[r * C + c] - dnorm_mean - xhat[r * C + c] * dnorm_norm_mean);
   }
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < C; ++c) {
-      dw[c] += dy[r * C + c] * xhat[r * C + c];
-      db[c] += dy[r * C + c];
+  const int64_t chunks = (rows + COLUMN_SUM_CHUNK - 1) / COLUMN_SUM_CHUNK;
+  for (int64_t c = 0; c < C; ++c)
+    for (int64_t k = 0; k < chunks; ++k) {
+      float pw = 0.0f, pb = 0.0f;
+      for (int64_t r = k * COLUMN_SUM_CHUNK; r < std::min(rows, (k + 1) * COLUMN_SUM_CHUNK); ++r) {
+        pw += dy[r * C + c] * xhat[r * C + c];
+        pb += dy[r * C + c];
+      }
+      dw[c] += pw;
+      db[c] += pb;
     }
 }
 
@@ -207,6 +216,23 @@ void layernorm_dx_group(const float* dy, const float* xhat, const float* rstd, c
   }
 }
 
+// Rows [r0, r1): dx (groups of LAYERNORM_ROW_GROUP rows, then single rows), and the chunk's
+// partial sums pw (C) of dy * xhat and pb (C) of dy from +0, rows in order, while the rows are in
+// cache. A chunk is a thread's unit: its rows are the ones the op before wrote on that core.
+void layernorm_backward_chunk(const float* dy, const float* xhat, const float* rstd, const float* w, int64_t r0,
+                              int64_t r1, int64_t C, float* dx, float* __restrict pw, float* __restrict pb) {
+  constexpr int64_t G = LAYERNORM_ROW_GROUP;
+  int64_t r = r0;
+  for (; r + G <= r1; r += G) layernorm_dx_group<G>(dy + r * C, xhat + r * C, rstd + r, w, C, dx + r * C);
+  for (; r < r1; ++r) layernorm_dx_group<1>(dy + r * C, xhat + r * C, rstd + r, w, C, dx + r * C);
+  for (int64_t c = 0; c < C; ++c) pw[c] = pb[c] = 0.0f;
+  for (r = r0; r < r1; ++r)
+    for (int64_t c = 0; c < C; ++c) {
+      pw[c] += dy[r * C + c] * xhat[r * C + c];
+      pb[c] += dy[r * C + c];
+    }
+}
+
 }  // namespace
 
 void CpuOps::layernorm_backward(const Tensor& dy_t, const Tensor& xhat_t, const Tensor& rstd_t, const Tensor& w_t,
@@ -217,28 +243,23 @@ void CpuOps::layernorm_backward(const Tensor& dy_t, const Tensor& xhat_t, const 
   const float* rstd = rstd_t.f32();
   const float* w = w_t.f32();
   float* dx = dx_t.f32();
-  constexpr int64_t G = LAYERNORM_ROW_GROUP;
-  const int64_t groups = R / G;
-#pragma omp parallel for if (dy_t.numel() > (1 << 14))
-  for (int64_t i = 0; i < groups; ++i)
-    layernorm_dx_group<G>(dy + i * G * C, xhat + i * G * C, rstd + i * G, w, C, dx + i * G * C);
-  for (int64_t r = groups * G; r < R; ++r) layernorm_dx_group<1>(dy + r * C, xhat + r * C, rstd + r, w, C, dx + r * C);
-
-  // Each thread owns a block of channels and walks the rows in order, so the sums do not depend
-  // on the thread count.
+  const int64_t chunks = (R + COLUMN_SUM_CHUNK - 1) / COLUMN_SUM_CHUNK;
+  thread_local std::vector<float> partials;  // (2, chunks, C); kept: no allocation in the steady state
+  if (partials.size() < size_t(2 * chunks * C)) partials.resize(size_t(2 * chunks * C));
+  float* pw = partials.data();
+  float* pb = pw + chunks * C;
+#pragma omp parallel for schedule(static) if (dy_t.numel() > (1 << 14))
+  for (int64_t k = 0; k < chunks; ++k) {
+    const int64_t r0 = k * COLUMN_SUM_CHUNK, r1 = std::min(R, r0 + COLUMN_SUM_CHUNK);
+    layernorm_backward_chunk(dy, xhat, rstd, w, r0, r1, C, dx, pw + k * C, pb + k * C);
+  }
   float* dw = dw_t.f32();
   float* db = db_t.f32();
-  constexpr int64_t BLOCK = 64;
-  const int64_t blocks = (C + BLOCK - 1) / BLOCK;
-#pragma omp parallel for if (dy_t.numel() > (1 << 14))
-  for (int64_t blk = 0; blk < blocks; ++blk) {
-    const int64_t c0 = blk * BLOCK, c1 = c0 + BLOCK < C ? c0 + BLOCK : C;
-    for (int64_t r = 0; r < R; ++r)
-      for (int64_t c = c0; c < c1; ++c) {
-        dw[c] += dy[r * C + c] * xhat[r * C + c];
-        db[c] += dy[r * C + c];
-      }
-  }
+  for (int64_t k = 0; k < chunks; ++k)  // the chunks' partials in order
+    for (int64_t c = 0; c < C; ++c) {
+      dw[c] += pw[k * C + c];
+      db[c] += pb[k * C + c];
+    }
 }
 
 }  // namespace qsync

@@ -93,13 +93,14 @@ void CpuOps::matmul(const Tensor& a, Transpose ta, const Tensor& b, Transpose tb
   d.beta = o.beta;
   if (o.bias != nullptr) d.bias = o.bias->f32();  // y (m, n) += b[j], after the product
   gemm_backend_for_host(gemm_signature(d)).gemm(d);
-  if (o.row_sums_of_a != nullptr) {  // sums[i] += sum_k op(a)[i, k], in the stored rows' order
+  if (o.row_sums_of_a != nullptr) {  // sums[i] += sum_k op(a)[i, k]
     if (a.precision() != Precision::FP32 && a.precision() != Precision::TF32)
       throw std::logic_error("matmul: row sums of an A operand in " + std::string(precision_name(a.precision())) +
                              " (they are taken from FP32 data only)");
     float* sums = o.row_sums_of_a->f32();
     const float* ap = a.as<float>();
-    // Each sum walks its rows in order: the same sums at any thread count.
+    // A transposed: column sums of the stored A (kernels/column_sum_order.h); else each stored
+    // row in order. The same sums at any thread count.
     if (a_t) {
       add_column_sums(ap, ra, ca, sums);
     } else {
