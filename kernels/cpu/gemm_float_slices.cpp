@@ -25,15 +25,16 @@ namespace qsync::onednn_matmul {
 // the batch's rows. Its operands were written a row per thread by the ops before (the gradient's
 // cast, the saved input's), so slices of C's rows or columns make each thread read the other
 // core's half of both, at a third of the speed on this machine's two cores. A slice of K reads
-// only its own rows; the FP32 partials (m x n, small beside the operands) are added after. BF16,
-// and FP32 with A as stored (with A transposed, as a weight gradient's dy^T, the single-threaded
-// FP32 kernel is the slow one above).
+// only its own rows; the FP32 partials (m x n, small beside the operands) are added after. A
+// depth slice of a transposed A is a block of its stored rows (lda = m, as the whole call's):
+// single-threaded FP32 runs those at the whole call's speed per thread (115 GMAC/s on 96-512 x
+// 64-512 x 1024; the slow kernel above takes the row slices' strided A).
 FloatSlices float_slices(const MatmulKey& key, int threads) {
   const bool bf16 = key.a_type == dt::bf16 && key.b_type == dt::bf16;
   const bool fp32 = key.a_type == dt::f32 && key.b_type == dt::f32;
   if (threads < 2 || (!bf16 && !fp32) || key.c_type != dt::f32 || key.m * key.n * key.k < (int64_t(1) << 22))
     return {};
-  if (key.k >= 2 * std::max(key.m, key.n) && !key.bias && key.scale_mask < 0 && (bf16 || !key.ta)) {
+  if (key.k >= 2 * std::max(key.m, key.n) && !key.bias && key.scale_mask < 0) {
     const int count = int(std::min<int64_t>(threads, key.k / 256));
     if (count >= 2) return {count, FloatSlices::Side::DEPTH};
   }

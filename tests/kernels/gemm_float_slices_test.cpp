@@ -36,17 +36,18 @@ void expect_split(const FloatSlices& s, int count, Side side) {
   EXPECT_EQ(int(s.side), int(side));
 }
 
-// K of twice C's longer side and more (a weight gradient): along K, BF16 in any layout, FP32 with A
-// as stored. Else BF16 along the longer side of C, whatever the layout; FP32 along rows with A as
-// stored only. Whole below 4 M multiply-adds, on one thread, for INT8 (its own slices), where the
-// side holds fewer vectors of 16 than there are threads; a K under 2 x 256 is not split.
+// K of twice C's longer side and more (a weight gradient): along K, in any layout. Else BF16
+// along the longer side of C, whatever the layout; FP32 along rows with A as stored only. Whole
+// below 4 M multiply-adds, on one thread, for INT8 (its own slices), where the side holds fewer
+// vectors of 16 than there are threads; a K under 2 x 256 is not split.
 TEST(GemmFloatSlices, WhichProductsSplitAndAlongWhichSide) {
   expect_split(slices_of(dt::bf16, 2048, 128, 512, false, 2), 2, Side::ROWS);
   expect_split(slices_of(dt::bf16, 128, 512, 2048, true, 2), 2, Side::DEPTH);  // a weight gradient
   expect_split(slices_of(dt::bf16, 128, 512, 1000, true, 2), 2, Side::COLUMNS);
   expect_split(slices_of(dt::f32, 2048, 512, 128, false, 3), 3, Side::ROWS);
   expect_split(slices_of(dt::f32, 128, 128, 4096, false, 2), 2, Side::DEPTH);
-  EXPECT_EQ(slices_of(dt::f32, 512, 128, 2048, true, 2).count, 1);   // transposed A
+  expect_split(slices_of(dt::f32, 512, 128, 2048, true, 2), 2, Side::DEPTH);  // transposed A too
+  EXPECT_EQ(slices_of(dt::f32, 512, 128, 1000, true, 2).count, 1);             // transposed A: rows only
   EXPECT_EQ(slices_of(dt::f32, 128, 1024, 784, false, 2).count, 1);  // more columns than rows
   EXPECT_EQ(slices_of(dt::bf16, 2048, 128, 8, false, 2).count, 1);   // 2 M multiply-adds
   EXPECT_EQ(slices_of(dt::bf16, 2048, 128, 512, false, 1).count, 1);
@@ -59,8 +60,8 @@ TEST(GemmFloatSlices, WhichProductsSplitAndAlongWhichSide) {
 }
 
 // 333 x 40 (row slices of 112, 112 and 109 on three threads) and 40 x 333 (column slices for BF16,
-// whole for FP32), K of 400; 48 x 40 with K of 4100 (depth slices of 1376, 1376 and 1348 for BF16
-// and for FP32 with A as stored): past 4 M multiply-adds. Tolerance: both sides sum exact products
+// whole for FP32), K of 400; 48 x 40 with K of 4100 (depth slices of 1376, 1376 and 1348): past
+// 4 M multiply-adds. Tolerance: both sides sum exact products
 // (FP32 or BF16 operands) in FP32 and double, so they differ by the FP32 accumulation order alone,
 // NMSE ~ k 2^-48 ~ 1e-12; 1e-9 as gemm_backend_test.
 TEST(GemmFloatSlices, SlicedProductsOnThreeThreadsMatchTheReference) {
