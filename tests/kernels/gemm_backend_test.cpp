@@ -202,15 +202,23 @@ TEST(GemmBackendCpu, FormsTheTrainingPrecisionsNatively) {
 }
 
 // The bias oneDNN adds in its epilogue is the one FP32 add of the pass it replaces: bit for bit
-// the product plus bias[j], so training results do not depend on which path a GEMM took.
+// the product plus bias[j], so training results do not depend on which path a GEMM took. INT8
+// (its pass after the output scales, one per tensor or one per column of C from B's per-row
+// scales) likewise: oneDNN 2's bias comes before its output scales, and its add post-op after
+// them cost 0.067 ms on 2048 x 192 x 64 against 0.023 for the pass.
 TEST(GemmBackendCpu, FusedBiasRoundsAsTheAddAfterTheProduct) {
   const GemmBackend& cpu = gemm_backend_by_name("cpu");
   std::mt19937 rng(7);
   for (const testing::Shape& s : testing::awkward_shapes())
-    for (Precision p : {Precision::FP32, Precision::BF16}) {
+    for (Precision p : {Precision::FP32, Precision::BF16, Precision::INT8, Precision::INT8}) {
       if (!cpu.supports({p, p, s.m, s.n, s.k, Transpose::NO, Transpose::YES}).ok()) continue;
-      auto a = make_operand(p, Transpose::NO, s.m, s.k, s.k, ScaleMode::NONE, rng, true);
-      auto b = make_operand(p, Transpose::YES, s.n, s.k, s.k, ScaleMode::NONE, rng, false);
+      const bool int8 = p == Precision::INT8;
+      static bool per_column = false;  // the two INT8 passes: B per tensor, then per row (C's columns)
+      if (int8) per_column = !per_column;
+      auto a = make_operand(p, Transpose::NO, s.m, s.k, s.k, int8 ? ScaleMode::PER_TENSOR : ScaleMode::NONE, rng, true);
+      auto b = make_operand(p, Transpose::YES, s.n, s.k, s.k,
+                            !int8 ? ScaleMode::NONE : per_column ? ScaleMode::PER_CHANNEL : ScaleMode::PER_TENSOR, rng,
+                            true);  // stored (n, k): a scale per stored row
       std::normal_distribution<float> dist;
       std::vector<float> bias(size_t(s.n)), fused(size_t(s.m * s.n)), after(size_t(s.m * s.n));
       for (auto& v : bias) v = dist(rng);
@@ -224,8 +232,8 @@ TEST(GemmBackendCpu, FusedBiasRoundsAsTheAddAfterTheProduct) {
       d.c = fused.data();
       d.bias = bias.data();
       cpu.gemm(d);
-      SCOPED_TRACE(std::string(precision_name(p)) + " m=" + std::to_string(s.m) + " n=" + std::to_string(s.n) +
-                   " k=" + std::to_string(s.k));
+      SCOPED_TRACE(std::string(precision_name(p)) + (int8 && per_column ? " per column" : "") +
+                   " m=" + std::to_string(s.m) + " n=" + std::to_string(s.n) + " k=" + std::to_string(s.k));
       EXPECT_EQ(0, std::memcmp(fused.data(), after.data(), fused.size() * sizeof(float)));
     }
 }
