@@ -209,16 +209,21 @@ TEST(GemmBackendCpu, FormsTheTrainingPrecisionsNatively) {
 TEST(GemmBackendCpu, FusedBiasRoundsAsTheAddAfterTheProduct) {
   const GemmBackend& cpu = gemm_backend_by_name("cpu");
   std::mt19937 rng(7);
+  struct Case {
+    Precision p;
+    ScaleMode a_scales, b_scales;  // INT8: B per tensor, or per stored row (C's columns)
+    const char* name;
+  };
+  const Case cases[] = {{Precision::FP32, ScaleMode::NONE, ScaleMode::NONE, "fp32"},
+                        {Precision::BF16, ScaleMode::NONE, ScaleMode::NONE, "bf16"},
+                        {Precision::INT8, ScaleMode::PER_TENSOR, ScaleMode::PER_TENSOR, "int8"},
+                        {Precision::INT8, ScaleMode::PER_TENSOR, ScaleMode::PER_CHANNEL, "int8 per column"}};
   for (const testing::Shape& s : testing::awkward_shapes())
-    for (Precision p : {Precision::FP32, Precision::BF16, Precision::INT8, Precision::INT8}) {
+    for (const Case& c : cases) {
+      const Precision p = c.p;
       if (!cpu.supports({p, p, s.m, s.n, s.k, Transpose::NO, Transpose::YES}).ok()) continue;
-      const bool int8 = p == Precision::INT8;
-      static bool per_column = false;  // the two INT8 passes: B per tensor, then per row (C's columns)
-      if (int8) per_column = !per_column;
-      auto a = make_operand(p, Transpose::NO, s.m, s.k, s.k, int8 ? ScaleMode::PER_TENSOR : ScaleMode::NONE, rng, true);
-      auto b = make_operand(p, Transpose::YES, s.n, s.k, s.k,
-                            !int8 ? ScaleMode::NONE : per_column ? ScaleMode::PER_CHANNEL : ScaleMode::PER_TENSOR, rng,
-                            true);  // stored (n, k): a scale per stored row
+      auto a = make_operand(p, Transpose::NO, s.m, s.k, s.k, c.a_scales, rng, true);
+      auto b = make_operand(p, Transpose::YES, s.n, s.k, s.k, c.b_scales, rng, true);  // stored (n, k)
       std::normal_distribution<float> dist;
       std::vector<float> bias(size_t(s.n)), fused(size_t(s.m * s.n)), after(size_t(s.m * s.n));
       for (auto& v : bias) v = dist(rng);
@@ -232,8 +237,8 @@ TEST(GemmBackendCpu, FusedBiasRoundsAsTheAddAfterTheProduct) {
       d.c = fused.data();
       d.bias = bias.data();
       cpu.gemm(d);
-      SCOPED_TRACE(std::string(precision_name(p)) + (int8 && per_column ? " per column" : "") +
-                   " m=" + std::to_string(s.m) + " n=" + std::to_string(s.n) + " k=" + std::to_string(s.k));
+      SCOPED_TRACE(std::string(c.name) + " m=" + std::to_string(s.m) + " n=" + std::to_string(s.n) +
+                   " k=" + std::to_string(s.k));
       EXPECT_EQ(0, std::memcmp(fused.data(), after.data(), fused.size() * sizeof(float)));
     }
 }

@@ -31,7 +31,8 @@ Tensor random_tensor(const Shape& s, uint32_t seed, float mean = 0.0f) {
 bool same_bits(const float* a, const float* b, int64_t n) { return std::memcmp(a, b, size_t(n) * sizeof(float)) == 0; }
 
 TEST(CpuLayerNorm, MatchesThePlainLoopsBitForBit) {
-  const std::vector<std::pair<int64_t, int64_t>> shapes = {{1, 4}, {7, 3}, {8, 1}, {9, 33}, {17, 128}, {300, 33}, {2048, 128}};
+  const std::vector<std::pair<int64_t, int64_t>> shapes = {{1, 4},     {7, 3},    {8, 1},     {9, 33},
+                                                          {17, 128}, {300, 33}, {2048, 128}};
   const int threads_before = omp_get_max_threads();
   for (int threads : {1, 2, 3}) {
     omp_set_num_threads(threads);

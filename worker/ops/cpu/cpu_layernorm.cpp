@@ -5,8 +5,11 @@
 // before (about 3 cycles), so the kernels here sum LAYERNORM_ROW_GROUP rows side by side: the
 // same adds in the same order for every row, independent of each other. A group of 8 rows reads
 // 8x8 tiles and transposes them in registers (tile_transpose.h), so that one AVX2 lane follows
-// one row: lane g adds row g's channels in their order. The results are bit for bit the _ref's (-ffp-contract=off
-// fuses nothing, and the intrinsics multiply and add separately).
+// one row: lane g adds row g's channels in their order. The results are bit for bit the _ref's
+// (-ffp-contract=off fuses nothing, and the intrinsics multiply and add separately). The backward
+// runs in chunks of COLUMN_SUM_CHUNK rows, the threads' unit: each chunk's input gradient and its
+// partial gain and bias sums in one pass, the partials added in chunk order
+// (kernels/column_sum_order.h).
 #include <algorithm>
 #include <cmath>
 #include <stdexcept>
