@@ -48,9 +48,11 @@ FloatSlices float_slices(const MatmulKey& key, int threads) {
 
 namespace {
 
+int64_t float_bytes(dt type) { return type == dt::bf16 ? 2 : 4; }  // BF16 or FP32
+
 void run_row_slices(const MatmulKey& key, const MatmulOperands& o, int count) {
-  const int64_t width = ((key.m + count - 1) / count + 15) / 16 * 16;  // as the column slices
-  const int64_t a_elem = key.a_type == dt::bf16 ? 2 : 4;
+  const int64_t width = slice_extent(key.m, count, 16);  // as the column slices
+  const int64_t a_elem = float_bytes(key.a_type);
   run_parts_one_thread_each(count, [&](int t) {
     const int64_t begin = t * width;
     if (begin >= key.m) return;
@@ -68,8 +70,8 @@ void run_row_slices(const MatmulKey& key, const MatmulOperands& o, int count) {
 // C takes the partials in slice order.
 void run_depth_slices(const MatmulKey& key, const MatmulOperands& o, int count) {
   const int64_t m = key.m, n = key.n;
-  const int64_t depth = ((key.k + count - 1) / count + 15) / 16 * 16;  // whole vectors but the last
-  const int64_t a_elem = key.a_type == dt::bf16 ? 2 : 4;
+  const int64_t depth = slice_extent(key.k, count, 16);
+  const int64_t a_elem = float_bytes(key.a_type);
   float* partials = gemm_pack::thread_buffer<float>(gemm_pack::K_PARTIALS, size_t((count - 1) * m * n));
   run_parts_one_thread_each(count, [&](int t) {
     const int64_t k0 = t * depth;

@@ -33,7 +33,7 @@ int column_slices(const MatmulKey& key) {
 }
 
 void run_column_slices(const MatmulKey& key, const MatmulOperands& o, int slices) {
-  const int64_t width = ((key.n + slices - 1) / slices + 15) / 16 * 16;  // whole vectors but the last
+  const int64_t width = slice_extent(key.n, slices, 16);  // whole vectors but the last
   run_parts_one_thread_each(slices, [&](int t) {
     const int64_t j0 = t * width;
     if (j0 >= key.n) return;
@@ -86,7 +86,7 @@ void add_slices_and_scale(int32_t* partials, int slices, int64_t m, int64_t n, i
 void run_k_slices(const MatmulKey& whole, const MatmulOperands& o, const SliceEpilogue& e) {
   const int64_t m = whole.m, n = whole.n;
   const int slices = omp_in_parallel() ? 1 : int(std::clamp<int64_t>(whole.k / 256, 1, omp_get_max_threads()));
-  const int64_t depth = ((whole.k + slices - 1) / slices + 3) / 4 * 4;  // whole groups of 4 but the last
+  const int64_t depth = slice_extent(whole.k, slices, 4);  // whole groups of 4 but the last
   // (slices, m, n): each slice's int32 sums
   int32_t* partials = gemm_pack::thread_buffer<int32_t>(gemm_pack::K_PARTIALS, size_t(slices * m * n));
   run_parts_one_thread_each(slices, [&](int t) {

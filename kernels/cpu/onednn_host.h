@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 
 #include <dnnl.hpp>
@@ -35,5 +36,11 @@ class GrowingBuffer {
 // out smaller than asked (OMP_THREAD_LIMIT, say); the first exception a part throws is rethrown
 // after the team.
 void run_parts_one_thread_each(int parts, const std::function<void(int)>& part);
+
+// The extent of each of `parts` slices of `total`: the even share rounded up to a whole
+// `multiple` (a vector of 16, a group of 4 INT8 values), so only the last slice may be short.
+inline int64_t slice_extent(int64_t total, int64_t parts, int64_t multiple) {
+  return ((total + parts - 1) / parts + multiple - 1) / multiple * multiple;
+}
 
 }  // namespace qsync
