@@ -15,6 +15,8 @@
 #include <cstring>
 #include <fstream>
 #include <map>
+#include <mutex>
+#include <set>
 #include <sstream>
 #include <stdexcept>
 #include <thread>
@@ -27,7 +29,10 @@ namespace qsync::test {
 
 namespace fs = std::filesystem;
 
-int free_tcp_port() {
+namespace {
+
+// One loopback port the kernel picks for port 0 (bound, read back, closed).
+int kernel_free_port() {
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
   if (fd < 0) throw std::runtime_error(std::string("socket: ") + std::strerror(errno));
   sockaddr_in a{};
@@ -41,6 +46,23 @@ int free_tcp_port() {
   }
   close(fd);
   return ntohs(a.sin_port);
+}
+
+}  // namespace
+
+// A port handed out is not bound until its user starts, so the kernel may pick it again for the
+// next request: the operator's metrics port once came back equal to the job's MASTER_PORT, and
+// rank 0 could not listen. Ports already handed out by this process are skipped.
+int free_tcp_port() {
+  static std::mutex mutex;
+  static std::set<int> handed_out;
+  std::lock_guard<std::mutex> lock(mutex);
+  for (int attempt = 0; attempt < 64; ++attempt) {
+    const int port = kernel_free_port();
+    if (handed_out.insert(port).second) return port;
+  }
+  throw std::runtime_error("free_tcp_port: the kernel kept returning ports this test already handed out (" +
+                           std::to_string(handed_out.size()) + " so far); free some loopback ports");
 }
 
 TempDir::TempDir() {

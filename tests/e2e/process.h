@@ -19,7 +19,8 @@
 
 namespace qsync::test {
 
-// A free TCP port on 127.0.0.1 (bind port 0, read it back, close).
+// A free TCP port on 127.0.0.1 (bind port 0, read it back, close), never one this process has
+// handed out before.
 int free_tcp_port();
 
 // A fresh directory under the system temp dir named after the running test, removed at scope
