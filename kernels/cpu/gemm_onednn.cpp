@@ -181,6 +181,8 @@ class GemmBackendOnednn final : public GemmBackend {
     // (acc + bias[j]): no output scales (they would scale the bias too) and no beta (the sum
     // post-op comes after the bias, another order of adds).
     MatmulKey key{a_type, b_type, d.m, d.n, d.k, route_ta, route_tb, lda, ldb, ldc, mask, beta, zero_point};
+    // Called inside a team's parallel region (a thread's own share of an op): one thread's primitive.
+    key.one_thread = omp_in_parallel() != 0;
     if (d.bias != nullptr && mask < 0 && !a_per_row && beta == 0.0f) {
       key.bias = true;  // unless oneDNN has only its reference kernel with a bias here
       if (is_ref_impl(matmul_cached(key).impl)) key.bias = false;

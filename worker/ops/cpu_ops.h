@@ -83,6 +83,11 @@ class CpuOps final : public DeviceOps {
   // false when oneDNN has no kernel for it.
   bool conv2d_input_grad_onednn(const Tensor& gq, const Tensor& wb, const ConvGeometry& g, Tensor& dx,
                                 StepContext& ctx, const std::string& layer);
+  // conv2d_backward's im2col path (cpu_conv_chunks.cpp): dy (B, O, H', W') FP32 (masked), gq its
+  // whole cast (undefined: cast_dy per chunk), dx by col2im when dx_on_im2col; dW +=; chunks of
+  // at most largest_chunk samples.
+  void conv2d_backward_chunks(const Conv2dBackward& a, const ConvGeometry& g, const Tensor& dy, const Tensor& gq,
+                              bool dx_on_im2col, int64_t largest_chunk, StepContext& ctx, const std::string& layer);
 };
 
 }  // namespace qsync

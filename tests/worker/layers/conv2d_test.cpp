@@ -2,6 +2,7 @@
 // difference gradients in FP32 on awkward geometries, per-precision errors against the FP32
 // layer, and saved-activation memory.
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <cmath>
@@ -156,6 +157,36 @@ TEST(Conv2dLayer, NoInputGradientLeavesParameterGradientsAlone) {
   conv.init_parameters(rng);
   expect_same_gradients_without_input_gradient(conv, normal_tensor({g.batch, g.c, g.h, g.w}, rng),
                                                normal_tensor({g.batch, g.o, 3, 3}, rng));
+}
+
+// int8-all and fp8 run the backward as GEMMs over im2col chunks, the threads a chunk each
+// (cpu_conv_chunks.cpp), and add each chunk's weight gradient in chunk order: dx, dW and db must
+// be the same bits at 1, 2 and 3 threads. B9, 16 channels at 33x31 positions (147 KiB of INT8
+// columns a sample): chunks of 2 samples (five, the last of one), so teams of 2 and 3 end on a
+// part-filled wave; 16 output channels, split unevenly over 3 threads for the adds.
+TEST(Conv2dLayer, ChunkedBackwardGivesTheSameBitsAtAnyThreadCount) {
+  activate_test_device_class();
+  const Geometry g{9, 16, 33, 31, 16, 3, 1, 1, true};
+  const int threads_before = omp_get_max_threads();
+  for (const LayerPrecision p : {LayerPrecision::INT8_ALL, LayerPrecision::FP8}) {
+    SCOPED_TRACE(layer_precision_name(p));
+    std::vector<std::vector<float>> first;
+    for (const int threads : {1, 2, 3}) {
+      omp_set_num_threads(threads);
+      std::mt19937_64 rng(10);
+      Conv2dLayer conv(desc_of(g), nullptr);
+      conv.init_parameters(rng);
+      set_layer_precision(conv, p);
+      Tensor x = normal_tensor({g.batch, g.c, g.h, g.w}, rng), dy = normal_tensor({g.batch, g.o, g.h, g.w}, rng);
+      StepContext ctx = device_step_context();
+      conv.forward(x, ctx);
+      std::vector<std::vector<float>> got = {values_of(conv.backward(dy, ctx))};
+      for (Parameter* q : parameters_of(conv)) got.push_back(values_of(q->grad));
+      if (first.empty()) first = got;
+      for (size_t i = 0; i < got.size(); ++i) EXPECT_EQ(got[i], first[i]) << threads << " threads, output " << i;
+    }
+  }
+  omp_set_num_threads(threads_before);
 }
 
 class Conv2dPrecision : public ::testing::TestWithParam<LayerPrecision> {};

@@ -285,17 +285,17 @@ bool CpuOps::conv2d_input_grad_onednn(const Tensor& gq, const Tensor& wb, const 
   return true;
 }
 
-// On oneDNN where it computes the layer's type (FP32, BF16), else per chunk: dy_cm (O, S*H'W') =
-// dy by channel; dcols = W^T dy_cm; dx += col2im(dcols); dW (O, CKK) += dy_cm cols^T. db (O) +=
+// On oneDNN where it computes the layer's type (FP32, BF16), else as GEMMs over im2col chunks of
+// samples (conv2d_backward_chunks, cpu_conv_chunks.cpp). db (O) +=
 // sum dy first, in one pass that also finds dy's amax (for an INT8 cast) and, on the oneDNN path
 // with planes of MIN_CONVERTED_PLANE positions or more, writes the gradient's 16-bit conversion
-// (a.dy_conversion) so dy is read once. A quantized gradient is cast whole first and its rows
-// copied per chunk; its input gradient runs on oneDNN where it can.
+// (a.dy_conversion) so dy is read once. A quantized gradient is cast whole first; its input
+// gradient runs on oneDNN where it can.
 void CpuOps::conv2d_backward(const Conv2dBackward& a, const ConvGeometry& g, StepContext& ctx,
                              const std::string& layer) {
   const Tensor& xb = *a.x;
   const Tensor& wb = *a.w;
-  const int64_t batch = a.dy->dim(0), hw = g.oh * g.ow, ckk = g.c * g.k * g.k, o = wb.dim(0);
+  const int64_t batch = a.dy->dim(0), hw = g.oh * g.ow, o = wb.dim(0);
   ConvOnednnCall data, weights;
   const bool on_onednn = onednn_backward_calls(a, g, data, weights);
   float dy_amax = -1.0f;  // the (masked) gradient's amax when the bias pass found it
@@ -323,49 +323,7 @@ void CpuOps::conv2d_backward(const Conv2dBackward& a, const ConvGeometry& g, Ste
   const Tensor gq = cast_whole ? a.cast_dy(dy, a.relu_mask, dy_amax) : Tensor();  // (B, O, H', W') quantized
   const bool dx_on_im2col = a.dx != nullptr && !(cast_whole && conv2d_input_grad_onednn(gq, wb, g, *a.dx, ctx, layer));
   if (dx_on_im2col) fill_zero(*a.dx);
-  const int elem = precision_bytes(xb.precision());
-  const int64_t chunk = std::min(batch, chunk_samples(g, elem));
-  const Precision g_type = cast_whole ? gq.precision() : Precision::FP32;
-  const size_t g_elem = size_t(precision_bytes(g_type));
-  Tensor dy_cm = Tensor::empty({o, chunk * hw}, g_type, ctx.memory, layer + " gradient (channel-major)");
-  Tensor dcols = dx_on_im2col ? Tensor::empty({ckk, chunk * hw}, Precision::FP32, ctx.memory, layer + " column gradient")
-                              : Tensor();
-  Tensor cols = Tensor::empty({ckk, chunk * hw}, xb.precision(), ctx.memory, layer + " im2col");
-  const auto* g_src = static_cast<const uint8_t*>(cast_whole ? gq.data() : dy.data());
-  for (int64_t s0 = 0; s0 < batch; s0 += chunk) {
-    const int64_t n = std::min(chunk, batch - s0);
-    Tensor dy_n = dy_cm.prefix({o, n * hw});
-    auto* rows = static_cast<uint8_t*>(dy_cm.data());
-    for (int64_t oc = 0; oc < o; ++oc)
-      for (int64_t s = 0; s < n; ++s)
-        std::memcpy(rows + size_t(oc * n * hw + s * hw) * g_elem, g_src + size_t(((s0 + s) * o + oc) * hw) * g_elem,
-                    size_t(hw) * g_elem);
-    if (cast_whole) {
-      dy_n.scale_mode = gq.scale_mode;
-      dy_n.scales = gq.scales;
-    }
-    const Tensor gc = cast_whole ? dy_n : a.cast_dy(dy_n, nullptr, -1.0f);  // (O, n*H'W') backward precision
-    if (dx_on_im2col) {
-      {
-        OpClock clock(ctx, layer + ".gemm_input_grad");
-        Tensor dcols_n = dcols.prefix({ckk, n * hw});
-        matmul(wb, Transpose::YES, gc, Transpose::NO, dcols_n, {});  // (CKK, n*H'W')
-      }
-      OpClock clock(ctx, layer + ".col2im");
-      col2im_add(dcols.f32(), s0, n, g, a.dx->f32());
-    }
-    Tensor cols_n = cols.prefix({ckk, n * hw});
-    cols_n.scale_mode = xb.scale_mode;
-    cols_n.scales = xb.scales;
-    {
-      OpClock clock(ctx, layer + ".im2col");
-      im2col(xb.data(), elem, s0, n, g, cols_n.data());
-    }
-    OpClock clock(ctx, layer + ".gemm_weight_grad");
-    MatmulOptions accumulate;
-    accumulate.beta = 1.0f;
-    matmul(gc, Transpose::NO, cols_n, Transpose::YES, *a.dw, accumulate);  // (O, CKK)
-  }
+  conv2d_backward_chunks(a, g, dy, gq, dx_on_im2col, chunk_samples(g, precision_bytes(xb.precision())), ctx, layer);
 }
 
 }  // namespace qsync
