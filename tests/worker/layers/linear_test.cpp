@@ -4,6 +4,8 @@
 
 #include <cmath>
 #include <cstring>
+#include <string>
+#include <tuple>
 
 #include "tests/worker/gradient_check.h"
 #include "tests/worker/layers/gemm_test_support.h"
@@ -164,12 +166,14 @@ INSTANTIATE_TEST_SUITE_P(Precisions, LinearPrecision, ::testing::ValuesIn(LOW_PR
 // weights (Parameter::int8_rows): bit for bit the forward's own cast, so a layer trained that way
 // follows one whose copies never match a step (its optimizer is told another step: the same
 // learning rate, constant schedule) exactly. Only the training forward of the tagged step takes
-// the copy; any other forward casts the weights itself.
+// the copy; any other forward casts the weights itself. A 19 x 37 weight updates with the other
+// small slots in one loop over the threads, a 190 x 370 one in its own (cpu_loss_optimizer.cpp).
 TEST(LinearLayer, Int8WeightsMadeAheadByTheOptimizerAreTheForwardsOwnCast) {
-  for (const OptimizerKind kind : {OptimizerKind::ADAMW, OptimizerKind::SGD}) {
-    SCOPED_TRACE(optimizer_kind_name(kind));
+  for (const auto& [kind, in, out] : {std::tuple{OptimizerKind::ADAMW, 37, 19}, std::tuple{OptimizerKind::SGD, 37, 19},
+                                      std::tuple{OptimizerKind::SGD, 370, 190}}) {
+    SCOPED_TRACE(std::string(optimizer_kind_name(kind)) + " " + std::to_string(out) + " x " + std::to_string(in));
     std::mt19937_64 rng(3);
-    LinearLayer ahead(linear_desc("fc", {4, 37}, 19), nullptr), own(linear_desc("fc", {4, 37}, 19), nullptr);
+    LinearLayer ahead(linear_desc("fc", {4, in}, out), nullptr), own(linear_desc("fc", {4, in}, out), nullptr);
     ahead.init_parameters(rng);
     const std::vector<Parameter*> pa = parameters_of(ahead), po = parameters_of(own);
     for (size_t i = 0; i < pa.size(); ++i) std::memcpy(po[i]->value.data(), pa[i]->value.data(), size_t(pa[i]->value.bytes()));
@@ -180,7 +184,7 @@ TEST(LinearLayer, Int8WeightsMadeAheadByTheOptimizerAreTheForwardsOwnCast) {
     config.lr = 0.05;
     config.schedule = LrSchedule::CONSTANT;
     Optimizer opt_ahead(config, pa, nullptr), opt_own(config, po, nullptr);
-    const Tensor x = normal_tensor({3, 4, 37}, rng), dy = normal_tensor({3, 4, 19}, rng);
+    const Tensor x = normal_tensor({3, 4, in}, rng), dy = normal_tensor({3, 4, out}, rng);
     StepContext ctx;
     for (int64_t step = 0; step < 4; ++step) {
       ctx.step = step;
@@ -197,7 +201,7 @@ TEST(LinearLayer, Int8WeightsMadeAheadByTheOptimizerAreTheForwardsOwnCast) {
       const Tensor cast = cast_weight(w.value, LayerPrecision::INT8, ctx, "fc", OperandRole::B);
       ASSERT_EQ(0, std::memcmp(cast.data(), w.int8_rows.data(), size_t(cast.bytes())));
       ASSERT_EQ(w.int8_rows.scale_mode, ScaleMode::PER_CHANNEL);
-      for (int64_t r = 0; r < 19; ++r) ASSERT_EQ(cast.scale_data()[r], w.int8_rows.scale_data()[r]) << "row " << r;
+      for (int64_t r = 0; r < out; ++r) ASSERT_EQ(cast.scale_data()[r], w.int8_rows.scale_data()[r]) << "row " << r;
       EXPECT_EQ(values_of(w.value), values_of(po[0]->value));
     }
     Parameter& w = *pa[0];

@@ -60,9 +60,6 @@ void CpuOps::softmax_xent(const Tensor& logits, const Tensor& targets, float los
 
 namespace {
 
-// Pieces of the optimizer's elementwise updates, spread over the threads.
-constexpr int64_t UPDATE_GRAIN = 1 << 14;
-
 // PyTorch's SGD with momentum (dampening 0) over [b, e): m = first ? g' : mom * m + g';
 // w -= lr * m, with g' = g * factor + decay * w.
 void sgd_range(float* __restrict w, const float* __restrict g, float* __restrict m, int64_t b, int64_t e, float factor,
@@ -114,37 +111,94 @@ Tensor int8_rows_copy_for(const OptimizerSlot& s) {
   return Tensor::empty(s.value->shape(), Precision::INT8, s.memory, param->name + " (int8, made by the optimizer)");
 }
 
-// One slot's update, in pieces over the threads (elementwise: the same bits at any split).
-// With a copy to make (int8_rows_copy_for) the pieces are the rows: each row updated, then its
+// One piece of the step's updates: elements [begin, end) of a slot's value, whole rows where the
+// slot makes an INT8 copy.
+struct UpdatePiece {
+  int64_t slot, begin, end;
+};
+
+// A slot of more elements than this updates in pieces of UPDATE_GRAIN (or single rows) split
+// evenly over the threads, the halves of the rows its gradient's GEMM wrote; the smaller slots
+// (a model's biases, norms and narrow projections) go over the threads together, in pieces of
+// SMALL_PIECE, in one loop: each would otherwise run alone on the caller's thread.
+constexpr int64_t UPDATE_GRAIN = 1 << 14;
+constexpr int64_t LARGE_SLOT = 2 * UPDATE_GRAIN;
+constexpr int64_t SMALL_PIECE = 1 << 12;
+
+// The pieces of slot `index` (n elements; rows of `cols` when it makes an INT8 copy, else 0), a
+// row or `grain` elements at least.
+void add_pieces(int64_t index, int64_t n, int64_t cols, int64_t grain, std::vector<UpdatePiece>& pieces) {
+  const int64_t step = cols > 0 ? std::max<int64_t>(1, grain / cols) * cols : grain;
+  for (int64_t b = 0; b < n; b += step) pieces.push_back({index, b, std::min(n, b + step)});
+}
+
+// A slot's INT8 copy as it is being made: the rows' scales, filled by their pieces.
+struct Int8RowsCopy {
+  Tensor q;
+  std::vector<float> scales;
+};
+
+// Elementwise updates: threads and vector lanes over elements give the same bits as one loop.
+// With a copy to make (int8_rows_copy_for) the pieces are whole rows: each row updated, then its
 // amax and its INT8 values while it is in cache, which are the bits cast_weight would compute
 // from the updated tensor (amax_rows, int8_scale_from_amax, quantize_int8_rows with round to
 // nearest even).
-template <class Update>
-void update_slot(const OptimizerSlot& s, Tensor q, int64_t step, Update update) {
-  const int64_t n = s.value->numel();
-  if (!q.defined()) {
-#pragma omp parallel for schedule(static) if (n > 2 * UPDATE_GRAIN)
-    for (int64_t b = 0; b < n; b += UPDATE_GRAIN) update(b, std::min(n, b + UPDATE_GRAIN));
-    return;
+void update_piece(const OptimizerSlot& s, Int8RowsCopy& c, const UpdatePiece& piece, const OptimizerUpdate& u,
+                  float factor) {
+  float* w = s.value->f32();
+  const float decay = s.decay ? u.weight_decay : 0.0f;
+  if (!u.adamw)
+    sgd_range(w, s.grad->f32(), s.m->f32(), piece.begin, piece.end, factor, decay, u.lr, u.momentum, u.first_update);
+  else
+    adamw_range(w, s.grad->f32(), s.m->f32(), s.v->f32(), piece.begin, piece.end, factor, decay, u);
+  if (!c.q.defined()) return;
+  // amax and quantize_int8 of one row: the row's values of amax_rows and quantize_int8_rows
+  // (below 2^16 columns these run no parallel region of their own; above, theirs nest inactive)
+  const int64_t cols = c.q.dim(1);
+  for (int64_t r = piece.begin / cols; r < piece.end / cols; ++r) {
+    c.scales[size_t(r)] = int8_scale_from_amax(amax(w + r * cols, cols), s.parameter->int8_rows_qmax);
+    quantize_int8(w + r * cols, c.q.as<int8_t>() + r * cols, cols, c.scales[size_t(r)], Rounding::NEAREST_EVEN, 0);
   }
-  Parameter* param = s.parameter;
-  const int qmax = param->int8_rows_qmax;
-  const int64_t rows = q.dim(0), cols = q.dim(1);
-  std::vector<float> scales(static_cast<size_t>(rows));
-  const float* w = s.value->f32();
-  int8_t* qp = q.as<int8_t>();
-#pragma omp parallel for schedule(static) if (n > 2 * UPDATE_GRAIN)
-  for (int64_t r = 0; r < rows; ++r) {
-    update(r * cols, (r + 1) * cols);
-    // amax and quantize_int8 of one row: the row's values of amax_rows and quantize_int8_rows
-    // (below 2^16 columns these run no parallel region of their own; above, theirs nest inactive)
-    scales[size_t(r)] = int8_scale_from_amax(amax(w + r * cols, cols), qmax);
-    quantize_int8(w + r * cols, qp + r * cols, cols, scales[size_t(r)], Rounding::NEAREST_EVEN, 0);
+}
+
+void update_slots(const std::vector<OptimizerSlot>& slots, const OptimizerUpdate& u, float factor) {
+  // Reused (no allocation in the steady state); the parallel loops reach the caller's through
+  // these references (a thread_local's name there would be the team thread's own).
+  thread_local std::vector<Int8RowsCopy> copies_buffer;
+  thread_local std::vector<UpdatePiece> large_buffer, small_buffer;
+  std::vector<Int8RowsCopy>& copies = copies_buffer;
+  std::vector<UpdatePiece>& large = large_buffer;
+  std::vector<UpdatePiece>& small = small_buffer;
+  copies.resize(slots.size());
+  small.clear();
+  int64_t small_total = 0;
+  for (size_t i = 0; i < slots.size(); ++i) {
+    Int8RowsCopy& c = copies[i];
+    c.q = int8_rows_copy_for(slots[i]);
+    const int64_t n = slots[i].value->numel(), cols = c.q.defined() ? c.q.dim(1) : 0;
+    if (c.q.defined()) c.scales.assign(size_t(c.q.dim(0)), 0.0f);
+    if (n <= LARGE_SLOT) {
+      add_pieces(int64_t(i), n, cols, SMALL_PIECE, small);
+      small_total += n;
+      continue;
+    }
+    large.clear();
+    add_pieces(int64_t(i), n, cols, cols > 0 ? 1 : UPDATE_GRAIN, large);
+#pragma omp parallel for schedule(static)
+    for (size_t k = 0; k < large.size(); ++k) update_piece(slots[i], c, large[k], u, factor);
   }
-  q.scale_mode = ScaleMode::PER_CHANNEL;
-  q.scales = Tensor::host_scales(scales);
-  param->int8_rows = std::move(q);
-  param->int8_rows_step = step + 1;
+#pragma omp parallel for schedule(dynamic, 1) if (small_total > 2 * SMALL_PIECE)
+  for (size_t k = 0; k < small.size(); ++k)
+    update_piece(slots[size_t(small[k].slot)], copies[size_t(small[k].slot)], small[k], u, factor);
+  for (size_t i = 0; i < slots.size(); ++i) {
+    Int8RowsCopy& c = copies[i];
+    if (!c.q.defined()) continue;
+    c.q.scale_mode = ScaleMode::PER_CHANNEL;
+    c.q.scales = Tensor::host_scales(c.scales);
+    Parameter* param = slots[i].parameter;
+    param->int8_rows = std::move(c.q);
+    param->int8_rows_step = u.step + 1;
+  }
 }
 
 }  // namespace
@@ -166,22 +220,7 @@ void CpuOps::optimizer_step(const std::vector<OptimizerSlot>& slots, const Optim
   const double norm = r.grad_norm;
   const float clip = u.grad_clip > 0 && norm > u.grad_clip ? float(u.grad_clip / (norm + 1e-6)) : 1.0f;
   const float factor = clip * u.inv_loss_scale;  // exact: the loss scale is a power of two
-  const float lr = u.lr, wd = u.weight_decay;
-  for (const OptimizerSlot& s : slots) {
-    float* w = s.value->f32();
-    const float* g = s.grad->f32();
-    float* m = s.m->f32();
-    const float decay = s.decay ? wd : 0.0f;
-    // Elementwise: threads and vector lanes over elements give the same bits as one loop.
-    if (!u.adamw) {
-      update_slot(s, int8_rows_copy_for(s), u.step,
-                  [&](int64_t b, int64_t e) { sgd_range(w, g, m, b, e, factor, decay, lr, u.momentum, u.first_update); });
-    } else {
-      float* v = s.v->f32();
-      update_slot(s, int8_rows_copy_for(s), u.step,
-                  [&](int64_t b, int64_t e) { adamw_range(w, g, m, v, b, e, factor, decay, u); });
-    }
-  }
+  update_slots(slots, u, factor);
   if (result != nullptr) *result = r;
 }
 
