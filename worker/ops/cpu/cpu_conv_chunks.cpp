@@ -5,12 +5,13 @@
 // oneDNN did not compute dx); cols = im2col(x); the chunk's dW product dy_cm cols^T (O, CKK).
 //
 // With the gradient cast whole (one scale for the tensor), the threads take whole chunks, a wave
-// at a time: in wave w thread t runs chunk w * team + t alone, on its own buffers, so it reads only
-// rows its own core copied and gathered (threads splitting each chunk's product read rows the
-// other core wrote, and forked three times a chunk). Each chunk's product lands in its thread's
-// part; after the wave the parts are added onto dW in chunk order, rows split over the threads.
-// dW takes the chunks' products one after another whatever the team, so its bits do not depend
-// on the thread count. A gradient cast per chunk (cast_dy) runs on the caller's thread: one team.
+// at a time: in a wave each thread runs up to CHUNKS_PER_THREAD consecutive chunks alone, on its
+// own buffers, so it reads only rows its own core copied and gathered (threads splitting each
+// chunk's product read rows the other core wrote, and forked three times a chunk). Each chunk's
+// product lands in its own part; after the wave the parts are added onto dW in chunk order, rows
+// split over the threads. dW takes the chunks' products one after another whatever the team, so
+// its bits do not depend on the thread count. A gradient cast per chunk (cast_dy) runs on the
+// caller's thread: one team.
 #include <omp.h>
 
 #include <algorithm>
@@ -39,6 +40,9 @@ int64_t equal_chunk(int64_t batch, int64_t largest) {
   return (batch + chunks - 1) / chunks;
 }
 
+// Chunks one thread takes in turn within a wave (at most).
+constexpr int64_t CHUNKS_PER_THREAD = 4;
+
 // Runs `body` under an op clock when the op times are taken (a team of one only: the clocks'
 // table belongs to the caller's thread).
 void timed(StepContext* ctx, const std::string& name, const std::function<void()>& body) {
@@ -58,21 +62,24 @@ void CpuOps::conv2d_backward_chunks(const Conv2dBackward& a, const ConvGeometry&
   const bool cast_whole = gq.defined();
   const int64_t chunk = equal_chunk(batch, largest_chunk), chunks = (batch + chunk - 1) / chunk;
   const int team = cast_whole ? int(std::clamp<int64_t>(chunks, 1, omp_get_max_threads())) : 1;
+  // Chunks a thread runs one after another in a wave: fewer waits at the wave's end.
+  const int64_t per_thread = team > 1 ? std::min<int64_t>(CHUNKS_PER_THREAD, (chunks + team - 1) / team) : 1;
+  const int64_t per_wave = team * per_thread;
   const int elem = precision_bytes(xb.precision());
   const Precision g_type = cast_whole ? gq.precision() : Precision::FP32;
   const size_t g_elem = size_t(precision_bytes(g_type));
   const int64_t span = chunk * hw;  // a chunk's columns
   // Each thread's buffers: (team, O, span) gradient by channel, (team, CKK, span) columns and
-  // column gradients, (team, O, CKK) the chunk's dW product.
+  // column gradients; (per_wave, O, CKK) the wave's chunks' dW products.
   Tensor dy_cm = Tensor::empty({team, o, span}, g_type, ctx.memory, layer + " gradient (channel-major)");
   Tensor dcols = dx_on_im2col ? Tensor::empty({team, ckk, span}, Precision::FP32, ctx.memory, layer + " column gradient")
                               : Tensor();
   Tensor cols = Tensor::empty({team, ckk, span}, xb.precision(), ctx.memory, layer + " im2col");
-  Tensor parts = Tensor::empty({team, o, ckk}, Precision::FP32, ctx.memory, layer + " chunk weight gradients");
+  Tensor parts = Tensor::empty({per_wave, o, ckk}, Precision::FP32, ctx.memory, layer + " chunk weight gradients");
   const auto* g_src = static_cast<const uint8_t*>(cast_whole ? gq.data() : dy.data());
   StepContext* clocks = team == 1 ? &ctx : nullptr;
 
-  auto run_chunk = [&](int64_t c, int t) {
+  auto run_chunk = [&](int64_t c, int t, int64_t slot) {
     const int64_t s0 = c * chunk, n = std::min(chunk, batch - s0);
     Tensor dy_n = dy_cm.view(t * o * span, {o, n * hw});
     auto* rows = static_cast<uint8_t*>(dy_n.data());
@@ -94,14 +101,14 @@ void CpuOps::conv2d_backward_chunks(const Conv2dBackward& a, const ConvGeometry&
     cols_n.scale_mode = xb.scale_mode;
     cols_n.scales = xb.scales;
     timed(clocks, layer + ".im2col", [&] { im2col(xb.data(), elem, s0, n, g, cols_n.data()); });
-    Tensor part = parts.view(t * o * ckk, {o, ckk});
+    Tensor part = parts.view(slot * o * ckk, {o, ckk});
     timed(clocks, layer + ".gemm_weight_grad", [&] { matmul(gc, Transpose::NO, cols_n, Transpose::YES, part, {}); });
   };
 
   // dW rows [i0, i1) += the wave's parts, in chunk order.
   float* dw = a.dw->f32();
   auto add_parts = [&](int64_t first, int t) {
-    const int64_t in_wave = std::min<int64_t>(team, chunks - first), share = (o + team - 1) / team;
+    const int64_t in_wave = std::min<int64_t>(per_wave, chunks - first), share = (o + team - 1) / team;
     const int64_t i0 = std::min(o, t * share), i1 = std::min(o, i0 + share);
     for (int64_t u = 0; u < in_wave; ++u) {
       const float* part = parts.f32() + u * o * ckk;
@@ -117,11 +124,11 @@ void CpuOps::conv2d_backward_chunks(const Conv2dBackward& a, const ConvGeometry&
   {
     const int t = omp_get_thread_num();
     if (team > 1) omp_set_num_threads(1);  // the chunk's oneDNN calls run on this thread alone
-    for (int64_t first = 0; first < chunks; first += team) {
-      const int64_t c = first + t;
-      if (c < chunks && !failed.load()) {
+    for (int64_t first = 0; first < chunks; first += per_wave) {
+      for (int64_t slot = t * per_thread; slot < (t + 1) * per_thread && first + slot < chunks; ++slot) {
+        if (failed.load()) break;
         try {
-          run_chunk(c, t);
+          run_chunk(first + slot, t, slot);
         } catch (...) {
 #pragma omp critical(qsync_conv_chunk_error)
           if (!error) error = std::current_exception();
