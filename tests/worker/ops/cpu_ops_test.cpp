@@ -3,10 +3,12 @@
 // sum of squares (the global norm every rank computes alike), the matmul options (bias epilogue,
 // row sums of op(A)), GELU's saved derivative and its vector paths, quantization into the
 // transposed layout, dequantization and 16-bit rounding in parallel chunks, the loss-scale path
-// of the optimizer (unscaling, skipping a non-finite step), and dynamic loss scaling's schedule.
+// of the optimizer (unscaling, skipping a non-finite step), dynamic loss scaling's schedule, and
+// max pooling's vector rows against its plain ones.
 #include <gtest/gtest.h>
 #include <omp.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -310,6 +312,34 @@ TEST(CpuOps, BiasGradRowsFollowsTheColumnSumOrderAtAnyThreadCount) {
 
 // With a loss scale S = 2^k the gradients carry S; the update unscales them exactly, so the
 // weights equal those of the unscaled step; a non-finite gradient skips the whole update.
+// Max pooling's 2x2 windows eight at a time (maxpool_2x2 with vectors) against the plain row loop:
+// the same outputs bit for bit and the same argmax, on planes whose output rows take whole
+// vectors (28 -> 14: one of 8 and a masked 6), only masked ones (14 -> 7; 9 -> 4 with an odd
+// column left out) and more than two vectors (34 -> 17), an odd row left out (7 and 5 rows);
+// values from a small set (ties), -0 and +0, and NaNs (a NaN wins its window; the first wins).
+TEST(CpuOps, MaxPool2x2VectorsGiveThePlainLoopsBits) {
+  if (cpu_isa_detected() < CpuIsa::AVX2) GTEST_SKIP() << "no AVX2";
+  struct Planes {
+    int64_t n, h, w;
+  };
+  std::mt19937_64 rng(12);
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float values[] = {-1.5f, -0.0f, 0.0f, 0.25f, 2.0f, 3.0f, nan};
+  for (const Planes& p : {Planes{3, 28, 28}, Planes{5, 14, 14}, Planes{2, 7, 9}, Planes{4, 2, 34}, Planes{1, 5, 31}}) {
+    SCOPED_TRACE(std::to_string(p.n) + " planes " + std::to_string(p.h) + " x " + std::to_string(p.w));
+    const int64_t ho = p.h / 2, wo = p.w / 2;
+    std::vector<float> x(size_t(p.n * p.h * p.w));
+    for (float& v : x) v = values[rng() % 13 % 7];  // NaN 1 in 13
+    std::vector<float> y_plain(size_t(p.n * ho * wo)), y_vec(y_plain.size());
+    std::vector<int32_t> a_plain(y_plain.size()), a_vec(y_plain.size(), -7);
+    maxpool_2x2(x.data(), p.n, p.h, p.w, ho, wo, y_plain.data(), a_plain.data(), false);
+    maxpool_2x2(x.data(), p.n, p.h, p.w, ho, wo, y_vec.data(), a_vec.data(), true);
+    ASSERT_EQ(0, std::memcmp(y_plain.data(), y_vec.data(), y_plain.size() * sizeof(float)));
+    ASSERT_EQ(a_plain, a_vec);
+    EXPECT_GT(std::count_if(y_plain.begin(), y_plain.end(), [](float v) { return v != v; }), 0) << "no NaN won";
+  }
+}
+
 TEST(CpuOps, OptimizerUnscalesAndSkipsNonFiniteSteps) {
   for (bool adamw : {true, false}) {
     Parameter a, b;

@@ -3,7 +3,8 @@
 // inference, worker/tp/, runs the same arithmetic), im2col / col2im (calibration measures the
 // im2col norm of Conv2d inputs), the convolution's bias pass, the canonical sum of squares of the
 // optimizer's global gradient norm (CudaOps computes the same tree, so every rank of a mixed job
-// clips alike), and the plain reference loops of layer norm and attention.
+// clips alike), 2x2 max pooling (its vector and plain rows, which the tests compare), and the
+// plain reference loops of layer norm and attention.
 #pragma once
 
 #include <cstdint>
@@ -27,6 +28,12 @@ void layernorm_rows_ref(const float* x, const float* weight, const float* bias, 
                         float* xhat, float* rstd);
 void layernorm_backward_ref(const float* dy, const float* xhat, const float* rstd, const float* w, int64_t rows,
                             int64_t C, float* dx, float* dw, float* db);
+
+// Max pooling over 2x2 windows at stride 2 without padding: planes (N, H, W) -> y and argmax
+// (N, H / 2, W / 2) (argmax: the window's flat index in its plane, or nullptr). NaN wins, ties go
+// to the first cell in row-major order. vectors: eight windows at once with AVX2 (the same bits).
+void maxpool_2x2(const float* x, int64_t planes, int64_t H, int64_t W, int64_t Ho, int64_t Wo, float* y,
+                 int32_t* argmax, bool vectors);
 
 // im2col of samples [s0, s0 + S) of x (B, C, H, W) with `elem` bytes per element into
 // cols (C*k*k, S*H'*W'); out-of-image taps are zero bytes (0 in every format we use).

@@ -1,12 +1,14 @@
 // File: worker/ops/cpu/cpu_layers.cpp
 // CpuOps: token + position embeddings, max pooling and global average pooling (layer norm:
 // cpu_layernorm.cpp). Forward beside backward.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
 #include <stdexcept>
 #include <string>
 
+#include "kernels/cpu/simd_dispatch.h"
 #include "worker/ops/cpu/cpu_kernels.h"
 #include "worker/ops/cpu_ops.h"
 
@@ -81,33 +83,79 @@ inline void maxpool_take(float v, int32_t index, float& best, int32_t& best_inde
   best_index = better ? index : best_index;
 }
 
-// 2x2 windows at stride 2 without padding (the zoo CNN's pooling): the general loop's candidates
-// in its order, without its bounds checks. planes (N, H, W) -> y, argmax (N, Ho, Wo).
-void maxpool_2x2(const float* x, int64_t planes, int64_t H, int64_t W, int64_t Ho, int64_t Wo, float* y,
-                 int32_t* argmax) {
-#pragma omp parallel for schedule(static) if (planes * H * W > (1 << 16))
-  for (int64_t p = 0; p < planes; ++p) {
-    const float* plane = x + p * H * W;
-    for (int64_t oh = 0; oh < Ho; ++oh) {
-      const float* r0 = plane + 2 * oh * W;
-      const float* r1 = r0 + W;
-      float* out = y + (p * Ho + oh) * Wo;
-      int32_t* arg = argmax != nullptr ? argmax + (p * Ho + oh) * Wo : nullptr;
-      for (int64_t ow = 0; ow < Wo; ++ow) {
-        const int32_t i0 = int32_t(2 * oh * W + 2 * ow);
-        float best = r0[2 * ow];
-        int32_t best_index = i0;
-        maxpool_take(r0[2 * ow + 1], i0 + 1, best, best_index);
-        maxpool_take(r1[2 * ow], i0 + int32_t(W), best, best_index);
-        maxpool_take(r1[2 * ow + 1], i0 + int32_t(W) + 1, best, best_index);
-        out[ow] = best;
-        if (arg != nullptr) arg[ow] = best_index;
-      }
-    }
+// One output row of 2x2 windows at stride 2, plainly: r0, r1 the two input rows, i0 the flat
+// index of r0[0] in its plane, W the plane's width. The general loop's candidates in its order.
+void maxpool_2x2_row(const float* r0, const float* r1, int64_t Wo, int32_t i0, int32_t W, float* out, int32_t* arg) {
+  for (int64_t ow = 0; ow < Wo; ++ow) {
+    const int32_t i = i0 + int32_t(2 * ow);
+    float best = r0[2 * ow];
+    int32_t best_index = i;
+    maxpool_take(r0[2 * ow + 1], i + 1, best, best_index);
+    maxpool_take(r1[2 * ow], i + W, best, best_index);
+    maxpool_take(r1[2 * ow + 1], i + W + 1, best, best_index);
+    out[ow] = best;
+    if (arg != nullptr) arg[ow] = best_index;
+  }
+}
+
+// The even and odd lanes of the 16 values at lo, hi (8 each): [v0 v2 .. v14], [v1 v3 .. v15].
+QSYNC_TARGET_AVX2 inline void split_even_odd(__m256 lo, __m256 hi, __m256& even, __m256& odd) {
+  // shuffle_ps works within 128-bit halves: [v0 v2 v8 v10 | v4 v6 v12 v14]; then 64-bit blocks 0 2 1 3
+  even = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(lo, hi, _MM_SHUFFLE(2, 0, 2, 0))),
+                                                _MM_SHUFFLE(3, 1, 2, 0)));
+  odd = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(lo, hi, _MM_SHUFFLE(3, 1, 3, 1))),
+                                               _MM_SHUFFLE(3, 1, 2, 0)));
+}
+
+// maxpool_take on 8 windows: v replaces best where larger, or NaN where best is not.
+QSYNC_TARGET_AVX2 inline void take8(__m256 v, __m256i index, __m256& best, __m256i& best_index) {
+  const __m256 better = _mm256_or_ps(_mm256_cmp_ps(v, best, _CMP_GT_OQ),
+                                     _mm256_and_ps(_mm256_cmp_ps(v, v, _CMP_UNORD_Q), _mm256_cmp_ps(best, best, _CMP_ORD_Q)));
+  best = _mm256_blendv_ps(best, v, better);
+  best_index = _mm256_castps_si256(
+      _mm256_blendv_ps(_mm256_castsi256_ps(best_index), _mm256_castsi256_ps(index), better));
+}
+
+// maxpool_2x2_row eight windows at a time (a lane per window, the same comparisons in the same
+// order: the same bits), the last few through masked loads and stores.
+QSYNC_TARGET_AVX2 void maxpool_2x2_row_avx2(const float* r0, const float* r1, int64_t Wo, int32_t i0, int32_t W,
+                                            float* out, int32_t* arg) {
+  const __m256i lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  for (int64_t ow = 0; ow < Wo; ow += 8) {
+    const int64_t n = std::min<int64_t>(8, Wo - ow);  // windows: 2n values of each row
+    const __m256i in_lo = _mm256_cmpgt_epi32(_mm256_set1_epi32(int32_t(2 * n)), lanes);
+    const __m256i in_hi = _mm256_cmpgt_epi32(_mm256_set1_epi32(int32_t(2 * n - 8)), lanes);
+    const __m256i live = _mm256_cmpgt_epi32(_mm256_set1_epi32(int32_t(n)), lanes);
+    __m256 e0, o0, e1, o1;
+    split_even_odd(_mm256_maskload_ps(r0 + 2 * ow, in_lo), _mm256_maskload_ps(r0 + 2 * ow + 8, in_hi), e0, o0);
+    split_even_odd(_mm256_maskload_ps(r1 + 2 * ow, in_lo), _mm256_maskload_ps(r1 + 2 * ow + 8, in_hi), e1, o1);
+    const __m256i first = _mm256_add_epi32(_mm256_set1_epi32(i0 + int32_t(2 * ow)), _mm256_add_epi32(lanes, lanes));
+    __m256 best = e0;
+    __m256i best_index = first;
+    take8(o0, _mm256_add_epi32(first, _mm256_set1_epi32(1)), best, best_index);
+    take8(e1, _mm256_add_epi32(first, _mm256_set1_epi32(W)), best, best_index);
+    take8(o1, _mm256_add_epi32(first, _mm256_set1_epi32(W + 1)), best, best_index);
+    _mm256_maskstore_ps(out + ow, live, best);
+    if (arg != nullptr) _mm256_maskstore_epi32(arg + ow, live, best_index);
   }
 }
 
 }  // namespace
+
+// 2x2 windows at stride 2 without padding (the zoo CNN's pooling): the general loop's candidates
+// in its order, without its bounds checks; eight windows at once with AVX2. planes (N, H, W) ->
+// y, argmax (N, Ho, Wo).
+void maxpool_2x2(const float* x, int64_t planes, int64_t H, int64_t W, int64_t Ho, int64_t Wo, float* y,
+                 int32_t* argmax, bool vectors) {
+  const auto row = vectors ? maxpool_2x2_row_avx2 : maxpool_2x2_row;
+#pragma omp parallel for schedule(static) if (planes * H * W > (1 << 16))
+  for (int64_t p = 0; p < planes; ++p)
+    for (int64_t oh = 0; oh < Ho; ++oh) {
+      const float* r0 = x + p * H * W + 2 * oh * W;
+      int32_t* arg = argmax != nullptr ? argmax + (p * Ho + oh) * Wo : nullptr;
+      row(r0, r0 + W, Wo, int32_t(2 * oh * W), int32_t(W), y + (p * Ho + oh) * Wo, arg);
+    }
+}
 
 void CpuOps::maxpool_forward(const Tensor& x, const PoolGeometry& g, Tensor& y, Tensor* argmax) {
   const int64_t B = x.dim(0), C = g.c, H = g.h, W = g.w, Ho = g.oh, Wo = g.ow;
@@ -116,7 +164,7 @@ void CpuOps::maxpool_forward(const Tensor& x, const PoolGeometry& g, Tensor& y, 
   const float* xp = x.f32();
   float* yp = y.f32();
   if (K == 2 && S == 2 && P == 0) {
-    maxpool_2x2(xp, B * C, H, W, Ho, Wo, yp, ap);
+    maxpool_2x2(xp, B * C, H, W, Ho, Wo, yp, ap, simd::active_path() != simd::Path::SCALAR);
     return;
   }
 #pragma omp parallel for collapse(2)
