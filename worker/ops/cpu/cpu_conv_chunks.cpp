@@ -19,7 +19,6 @@
 #include <cstring>
 #include <exception>
 #include <functional>
-#include <optional>
 #include <string>
 
 #include "worker/layer.h"
@@ -118,12 +117,8 @@ void CpuOps::conv2d_backward_chunks(const Conv2dBackward& a, const ConvGeometry&
 
   std::exception_ptr error;
   std::atomic<bool> failed{false};
-  std::optional<OpClock> clock;  // a team's chunks as one op (a team of one times each step)
-  if (team > 1) clock.emplace(ctx, layer + ".backward_chunks");
-#pragma omp parallel num_threads(team) if (team > 1)
-  {
-    const int t = omp_get_thread_num();
-    if (team > 1) omp_set_num_threads(1);  // the chunk's oneDNN calls run on this thread alone
+  // Thread t's waves (the barriers bind to the team's region; alone, to none).
+  auto waves = [&](int t) {
     for (int64_t first = 0; first < chunks; first += per_wave) {
       for (int64_t slot = t * per_thread; slot < (t + 1) * per_thread && first + slot < chunks; ++slot) {
         if (failed.load()) break;
@@ -138,6 +133,17 @@ void CpuOps::conv2d_backward_chunks(const Conv2dBackward& a, const ConvGeometry&
 #pragma omp barrier
       add_parts(first, t);
 #pragma omp barrier
+    }
+  };
+  if (team == 1) {
+    waves(0);  // no region of our own: the chunk's ops run their own teams (one nested in a
+               // region of one thread would start fresh threads every time)
+  } else {
+    OpClock clock(ctx, layer + ".backward_chunks");  // the team's chunks as one op
+#pragma omp parallel num_threads(team)
+    {
+      omp_set_num_threads(1);  // the chunk's oneDNN calls run on this thread alone
+      waves(omp_get_thread_num());
     }
   }
   if (error) std::rethrow_exception(error);
