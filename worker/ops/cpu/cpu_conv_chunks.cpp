@@ -50,103 +50,133 @@ void timed(StepContext* ctx, const std::string& name, const std::function<void()
   body();
 }
 
-}  // namespace
+// One conv2d_backward_chunks call: its shapes, its team's buffers, and the chunk and wave steps.
+class ConvChunks {
+ public:
+  ConvChunks(CpuOps& ops, const Conv2dBackward& a, const ConvGeometry& g, const Tensor& dy, const Tensor& gq,
+             bool dx_on_im2col, int64_t largest_chunk, StepContext& ctx, const std::string& layer)
+      : ops_(ops), a_(a), g_(g), gq_(gq), dx_on_im2col_(dx_on_im2col), layer_(layer) {
+    batch_ = dy.dim(0), hw_ = g.oh * g.ow, ckk_ = g.c * g.k * g.k, o_ = a.w->dim(0);
+    chunk_ = equal_chunk(batch_, largest_chunk), chunks_ = (batch_ + chunk_ - 1) / chunk_;
+    team_ = gq.defined() ? int(std::clamp<int64_t>(chunks_, 1, omp_get_max_threads())) : 1;
+    per_thread_ = team_ > 1 ? std::min<int64_t>(CHUNKS_PER_THREAD, (chunks_ + team_ - 1) / team_) : 1;
+    per_wave_ = team_ * per_thread_;
+    const Precision g_type = gq.defined() ? gq.precision() : Precision::FP32;
+    g_elem_ = size_t(precision_bytes(g_type));
+    g_src_ = static_cast<const uint8_t*>(gq.defined() ? gq.data() : dy.data());
+    clocks_ = team_ == 1 ? &ctx : nullptr;
+    const int64_t span = chunk_ * hw_;  // a chunk's columns
+    // Each thread's buffers: (team, O, span) gradient by channel, (team, CKK, span) columns and
+    // column gradients; (per_wave, O, CKK) the wave's chunks' dW products.
+    dy_cm_ = Tensor::empty({team_, o_, span}, g_type, ctx.memory, layer + " gradient (channel-major)");
+    if (dx_on_im2col)
+      dcols_ = Tensor::empty({team_, ckk_, span}, Precision::FP32, ctx.memory, layer + " column gradient");
+    cols_ = Tensor::empty({team_, ckk_, span}, a.x->precision(), ctx.memory, layer + " im2col");
+    parts_ = Tensor::empty({per_wave_, o_, ckk_}, Precision::FP32, ctx.memory, layer + " chunk weight gradients");
+  }
 
-void CpuOps::conv2d_backward_chunks(const Conv2dBackward& a, const ConvGeometry& g, const Tensor& dy,
-                                    const Tensor& gq, bool dx_on_im2col, int64_t largest_chunk, StepContext& ctx,
-                                    const std::string& layer) {
-  const Tensor& xb = *a.x;
-  const Tensor& wb = *a.w;
-  const int64_t batch = dy.dim(0), hw = g.oh * g.ow, ckk = g.c * g.k * g.k, o = wb.dim(0);
-  const bool cast_whole = gq.defined();
-  const int64_t chunk = equal_chunk(batch, largest_chunk), chunks = (batch + chunk - 1) / chunk;
-  const int team = cast_whole ? int(std::clamp<int64_t>(chunks, 1, omp_get_max_threads())) : 1;
-  // Chunks a thread runs one after another in a wave: fewer waits at the wave's end.
-  const int64_t per_thread = team > 1 ? std::min<int64_t>(CHUNKS_PER_THREAD, (chunks + team - 1) / team) : 1;
-  const int64_t per_wave = team * per_thread;
-  const int elem = precision_bytes(xb.precision());
-  const Precision g_type = cast_whole ? gq.precision() : Precision::FP32;
-  const size_t g_elem = size_t(precision_bytes(g_type));
-  const int64_t span = chunk * hw;  // a chunk's columns
-  // Each thread's buffers: (team, O, span) gradient by channel, (team, CKK, span) columns and
-  // column gradients; (per_wave, O, CKK) the wave's chunks' dW products.
-  Tensor dy_cm = Tensor::empty({team, o, span}, g_type, ctx.memory, layer + " gradient (channel-major)");
-  Tensor dcols = dx_on_im2col ? Tensor::empty({team, ckk, span}, Precision::FP32, ctx.memory, layer + " column gradient")
-                              : Tensor();
-  Tensor cols = Tensor::empty({team, ckk, span}, xb.precision(), ctx.memory, layer + " im2col");
-  Tensor parts = Tensor::empty({per_wave, o, ckk}, Precision::FP32, ctx.memory, layer + " chunk weight gradients");
-  const auto* g_src = static_cast<const uint8_t*>(cast_whole ? gq.data() : dy.data());
-  StepContext* clocks = team == 1 ? &ctx : nullptr;
+  int team() const { return team_; }
 
-  auto run_chunk = [&](int64_t c, int t, int64_t slot) {
-    const int64_t s0 = c * chunk, n = std::min(chunk, batch - s0);
-    Tensor dy_n = dy_cm.view(t * o * span, {o, n * hw});
-    auto* rows = static_cast<uint8_t*>(dy_n.data());
-    for (int64_t oc = 0; oc < o; ++oc)
-      for (int64_t s = 0; s < n; ++s)
-        std::memcpy(rows + size_t(oc * n * hw + s * hw) * g_elem, g_src + size_t(((s0 + s) * o + oc) * hw) * g_elem,
-                    size_t(hw) * g_elem);
-    if (cast_whole) {
-      dy_n.scale_mode = gq.scale_mode;
-      dy_n.scales = gq.scales;
-    }
-    const Tensor gc = cast_whole ? dy_n : a.cast_dy(dy_n, nullptr, -1.0f);  // (O, n*H'W') backward precision
-    if (dx_on_im2col) {
-      Tensor dcols_n = dcols.view(t * ckk * span, {ckk, n * hw});
-      timed(clocks, layer + ".gemm_input_grad", [&] { matmul(wb, Transpose::YES, gc, Transpose::NO, dcols_n, {}); });
-      timed(clocks, layer + ".col2im", [&] { col2im_add(dcols_n.f32(), s0, n, g, a.dx->f32()); });
-    }
-    Tensor cols_n = cols.view(t * ckk * span, {ckk, n * hw});
-    cols_n.scale_mode = xb.scale_mode;
-    cols_n.scales = xb.scales;
-    timed(clocks, layer + ".im2col", [&] { im2col(xb.data(), elem, s0, n, g, cols_n.data()); });
-    Tensor part = parts.view(slot * o * ckk, {o, ckk});
-    timed(clocks, layer + ".gemm_weight_grad", [&] { matmul(gc, Transpose::NO, cols_n, Transpose::YES, part, {}); });
-  };
-
-  // dW rows [i0, i1) += the wave's parts, in chunk order.
-  float* dw = a.dw->f32();
-  auto add_parts = [&](int64_t first, int t) {
-    const int64_t in_wave = std::min<int64_t>(per_wave, chunks - first), share = (o + team - 1) / team;
-    const int64_t i0 = std::min(o, t * share), i1 = std::min(o, i0 + share);
-    for (int64_t u = 0; u < in_wave; ++u) {
-      const float* part = parts.f32() + u * o * ckk;
-      for (int64_t j = i0 * ckk; j < i1 * ckk; ++j) dw[j] += part[j];
-    }
-  };
-
-  std::exception_ptr error;
-  std::atomic<bool> failed{false};
-  // Thread t's waves (the barriers bind to the team's region; alone, to none).
-  auto waves = [&](int t) {
-    for (int64_t first = 0; first < chunks; first += per_wave) {
-      for (int64_t slot = t * per_thread; slot < (t + 1) * per_thread && first + slot < chunks; ++slot) {
-        if (failed.load()) break;
+  // Thread t's waves: its chunks of each, then its rows of dW take the wave's parts (the barriers
+  // bind to the team's region; alone, to none). The first error is kept; later chunks are skipped.
+  void waves(int t) {
+    for (int64_t first = 0; first < chunks_; first += per_wave_) {
+      for (int64_t slot = t * per_thread_; slot < (t + 1) * per_thread_ && first + slot < chunks_; ++slot) {
+        if (failed_.load()) break;
         try {
           run_chunk(first + slot, t, slot);
         } catch (...) {
 #pragma omp critical(qsync_conv_chunk_error)
-          if (!error) error = std::current_exception();
-          failed = true;
+          if (!error_) error_ = std::current_exception();
+          failed_ = true;
         }
       }
 #pragma omp barrier
       add_parts(first, t);
 #pragma omp barrier
     }
-  };
-  if (team == 1) {
-    waves(0);  // no region of our own: the chunk's ops run their own teams (one nested in a
-               // region of one thread would start fresh threads every time)
-  } else {
-    OpClock clock(ctx, layer + ".backward_chunks");  // the team's chunks as one op
-#pragma omp parallel num_threads(team)
-    {
-      omp_set_num_threads(1);  // the chunk's oneDNN calls run on this thread alone
-      waves(omp_get_thread_num());
+  }
+
+  void rethrow() const {
+    if (error_) std::rethrow_exception(error_);
+  }
+
+ private:
+  // Chunk c (samples [c * chunk, ...)) on thread t's buffers, its dW product into part `slot`.
+  void run_chunk(int64_t c, int t, int64_t slot) {
+    const int64_t s0 = c * chunk_, n = std::min(chunk_, batch_ - s0), span = chunk_ * hw_;
+    Tensor dy_n = dy_cm_.view(t * o_ * span, {o_, n * hw_});
+    auto* rows = static_cast<uint8_t*>(dy_n.data());
+    for (int64_t oc = 0; oc < o_; ++oc)
+      for (int64_t s = 0; s < n; ++s)
+        std::memcpy(rows + size_t(oc * n * hw_ + s * hw_) * g_elem_,
+                    g_src_ + size_t(((s0 + s) * o_ + oc) * hw_) * g_elem_, size_t(hw_) * g_elem_);
+    if (gq_.defined()) {
+      dy_n.scale_mode = gq_.scale_mode;
+      dy_n.scales = gq_.scales;
+    }
+    const Tensor gc = gq_.defined() ? dy_n : a_.cast_dy(dy_n, nullptr, -1.0f);  // (O, n*H'W') backward precision
+    if (dx_on_im2col_) {
+      Tensor dcols_n = dcols_.view(t * ckk_ * span, {ckk_, n * hw_});
+      timed(clocks_, layer_ + ".gemm_input_grad",
+            [&] { ops_.matmul(*a_.w, Transpose::YES, gc, Transpose::NO, dcols_n, {}); });
+      timed(clocks_, layer_ + ".col2im", [&] { col2im_add(dcols_n.f32(), s0, n, g_, a_.dx->f32()); });
+    }
+    Tensor cols_n = cols_.view(t * ckk_ * span, {ckk_, n * hw_});
+    cols_n.scale_mode = a_.x->scale_mode;
+    cols_n.scales = a_.x->scales;
+    const int elem = precision_bytes(a_.x->precision());
+    timed(clocks_, layer_ + ".im2col", [&] { im2col(a_.x->data(), elem, s0, n, g_, cols_n.data()); });
+    Tensor part = parts_.view(slot * o_ * ckk_, {o_, ckk_});
+    timed(clocks_, layer_ + ".gemm_weight_grad",
+          [&] { ops_.matmul(gc, Transpose::NO, cols_n, Transpose::YES, part, {}); });
+  }
+
+  // dW rows of thread t += the wave's parts, in chunk order.
+  void add_parts(int64_t first, int t) {
+    const int64_t in_wave = std::min<int64_t>(per_wave_, chunks_ - first), share = (o_ + team_ - 1) / team_;
+    const int64_t i0 = std::min(o_, t * share), i1 = std::min(o_, i0 + share);
+    float* dw = a_.dw->f32();
+    for (int64_t u = 0; u < in_wave; ++u) {
+      const float* part = parts_.f32() + u * o_ * ckk_;
+      for (int64_t j = i0 * ckk_; j < i1 * ckk_; ++j) dw[j] += part[j];
     }
   }
-  if (error) std::rethrow_exception(error);
+
+  CpuOps& ops_;
+  const Conv2dBackward& a_;
+  const ConvGeometry& g_;
+  const Tensor& gq_;
+  const bool dx_on_im2col_;
+  const std::string& layer_;
+  int64_t batch_, hw_, ckk_, o_, chunk_, chunks_, per_thread_, per_wave_;
+  int team_;
+  size_t g_elem_;
+  const uint8_t* g_src_;
+  StepContext* clocks_;
+  Tensor dy_cm_, dcols_, cols_, parts_;
+  std::exception_ptr error_;
+  std::atomic<bool> failed_{false};
+};
+
+}  // namespace
+
+void CpuOps::conv2d_backward_chunks(const Conv2dBackward& a, const ConvGeometry& g, const Tensor& dy,
+                                    const Tensor& gq, bool dx_on_im2col, int64_t largest_chunk, StepContext& ctx,
+                                    const std::string& layer) {
+  ConvChunks chunks(*this, a, g, dy, gq, dx_on_im2col, largest_chunk, ctx, layer);
+  if (chunks.team() == 1) {
+    chunks.waves(0);  // no region of our own: the chunk's ops run their own teams (one nested in a
+                      // region of one thread would start fresh threads every time)
+  } else {
+    OpClock clock(ctx, layer + ".backward_chunks");  // the team's chunks as one op
+#pragma omp parallel num_threads(chunks.team())
+    {
+      omp_set_num_threads(1);  // the chunk's oneDNN calls run on this thread alone
+      chunks.waves(omp_get_thread_num());
+    }
+  }
+  chunks.rethrow();
 }
 
 }  // namespace qsync
