@@ -1,6 +1,7 @@
 // File: worker/ops/cpu/cpu_conv_chunks.cpp
 // CpuOps: the im2col path of Conv2d's backward (cpu_conv.cpp's conv2d_backward, when oneDNN does
-// not compute the layer's type: int8-all, fp8), chunk by chunk of samples. Per chunk: dy_cm
+// not compute the layer's type: int8-all, fp8; FP32 and 16-bit types on classes whose oneDNN
+// lacks them, such as cpu-sse41), chunk by chunk of samples. Per chunk: dy_cm
 // (O, S*H'W') = the chunk's gradient by channel; dcols = W^T dy_cm and dx += col2im(dcols) (when
 // oneDNN did not compute dx); cols = im2col(x); the chunk's dW product dy_cm cols^T (O, CKK).
 //
@@ -11,7 +12,8 @@
 // product lands in its own part; after the wave the parts are added onto dW in chunk order, rows
 // split over the threads. dW takes the chunks' products one after another whatever the team, so
 // its bits do not depend on the thread count. A gradient cast per chunk (cast_dy) runs on the
-// caller's thread: one team.
+// caller's thread: one team, chunks of the cache's size, each product accumulated into dW by its
+// GEMM (beta 1).
 #include <omp.h>
 
 #include <algorithm>
@@ -57,7 +59,8 @@ class ConvChunks {
              bool dx_on_im2col, int64_t largest_chunk, StepContext& ctx, const std::string& layer)
       : ops_(ops), a_(a), g_(g), gq_(gq), dx_on_im2col_(dx_on_im2col), layer_(layer) {
     batch_ = dy.dim(0), hw_ = g.oh * g.ow, ckk_ = g.c * g.k * g.k, o_ = a.w->dim(0);
-    chunk_ = equal_chunk(batch_, largest_chunk), chunks_ = (batch_ + chunk_ - 1) / chunk_;
+    chunk_ = gq.defined() ? equal_chunk(batch_, largest_chunk) : std::min(batch_, largest_chunk);
+    chunks_ = (batch_ + chunk_ - 1) / chunk_;
     team_ = gq.defined() ? int(std::clamp<int64_t>(chunks_, 1, omp_get_max_threads())) : 1;
     per_thread_ = team_ > 1 ? std::min<int64_t>(CHUNKS_PER_THREAD, (chunks_ + team_ - 1) / team_) : 1;
     per_wave_ = team_ * per_thread_;
@@ -72,7 +75,8 @@ class ConvChunks {
     if (dx_on_im2col)
       dcols_ = Tensor::empty({team_, ckk_, span}, Precision::FP32, ctx.memory, layer + " column gradient");
     cols_ = Tensor::empty({team_, ckk_, span}, a.x->precision(), ctx.memory, layer + " im2col");
-    parts_ = Tensor::empty({per_wave_, o_, ckk_}, Precision::FP32, ctx.memory, layer + " chunk weight gradients");
+    if (gq.defined())
+      parts_ = Tensor::empty({per_wave_, o_, ckk_}, Precision::FP32, ctx.memory, layer + " chunk weight gradients");
   }
 
   int team() const { return team_; }
@@ -127,13 +131,18 @@ class ConvChunks {
     cols_n.scales = a_.x->scales;
     const int elem = precision_bytes(a_.x->precision());
     timed(clocks_, layer_ + ".im2col", [&] { im2col(a_.x->data(), elem, s0, n, g_, cols_n.data()); });
-    Tensor part = parts_.view(slot * o_ * ckk_, {o_, ckk_});
-    timed(clocks_, layer_ + ".gemm_weight_grad",
-          [&] { ops_.matmul(gc, Transpose::NO, cols_n, Transpose::YES, part, {}); });
+    // A gradient cast per chunk (one team): the product accumulates into dW itself, as one GEMM.
+    MatmulOptions accumulate;
+    accumulate.beta = 1.0f;
+    Tensor part = gq_.defined() ? parts_.view(slot * o_ * ckk_, {o_, ckk_}) : *a_.dw;
+    timed(clocks_, layer_ + ".gemm_weight_grad", [&] {
+      ops_.matmul(gc, Transpose::NO, cols_n, Transpose::YES, part, gq_.defined() ? MatmulOptions{} : accumulate);
+    });
   }
 
   // dW rows of thread t += the wave's parts, in chunk order.
   void add_parts(int64_t first, int t) {
+    if (!gq_.defined()) return;  // the products went into dW (run_chunk)
     const int64_t in_wave = std::min<int64_t>(per_wave_, chunks_ - first), share = (o_ + team_ - 1) / team_;
     const int64_t i0 = std::min(o_, t * share), i1 = std::min(o_, i0 + share);
     float* dw = a_.dw->f32();
