@@ -310,8 +310,6 @@ TEST(CpuOps, BiasGradRowsFollowsTheColumnSumOrderAtAnyThreadCount) {
   omp_set_num_threads(default_threads);
 }
 
-// With a loss scale S = 2^k the gradients carry S; the update unscales them exactly, so the
-// weights equal those of the unscaled step; a non-finite gradient skips the whole update.
 // Max pooling's 2x2 windows eight at a time (maxpool_2x2 with vectors) against the plain row loop:
 // the same outputs bit for bit and the same argmax, on planes whose output rows take whole
 // vectors (28 -> 14: one of 8 and a masked 6), only masked ones (14 -> 7; 9 -> 4 with an odd
@@ -340,6 +338,8 @@ TEST(CpuOps, MaxPool2x2VectorsGiveThePlainLoopsBits) {
   }
 }
 
+// With a loss scale S = 2^k the gradients carry S; the update unscales them exactly, so the
+// weights equal those of the unscaled step; a non-finite gradient skips the whole update.
 TEST(CpuOps, OptimizerUnscalesAndSkipsNonFiniteSteps) {
   for (bool adamw : {true, false}) {
     Parameter a, b;
