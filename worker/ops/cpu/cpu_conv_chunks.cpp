@@ -20,7 +20,6 @@
 #include <atomic>
 #include <cstring>
 #include <exception>
-#include <functional>
 #include <string>
 
 #include "worker/layer.h"
@@ -44,11 +43,12 @@ int64_t equal_chunk(int64_t batch, int64_t largest) {
 // Chunks one thread takes in turn within a wave (at most).
 constexpr int64_t CHUNKS_PER_THREAD = 4;
 
-// Runs `body` under an op clock when the op times are taken (a team of one only: the clocks'
-// table belongs to the caller's thread).
-void timed(StepContext* ctx, const std::string& name, const std::function<void()>& body) {
+// Runs `body` under the op clock `layer` + `op` when the op times are taken (a team of one only:
+// the clocks' table belongs to the caller's thread); the name is built only then.
+template <class Body>
+void timed(StepContext* ctx, const std::string& layer, const char* op, Body&& body) {
   if (ctx == nullptr) return body();
-  OpClock clock(*ctx, name);
+  OpClock clock(*ctx, layer + op);
   body();
 }
 
@@ -122,20 +122,20 @@ class ConvChunks {
     const Tensor gc = gq_.defined() ? dy_n : a_.cast_dy(dy_n, nullptr, -1.0f);  // (O, n*H'W') backward precision
     if (dx_on_im2col_) {
       Tensor dcols_n = dcols_.view(t * ckk_ * span, {ckk_, n * hw_});
-      timed(clocks_, layer_ + ".gemm_input_grad",
+      timed(clocks_, layer_, ".gemm_input_grad",
             [&] { ops_.matmul(*a_.w, Transpose::YES, gc, Transpose::NO, dcols_n, {}); });
-      timed(clocks_, layer_ + ".col2im", [&] { col2im_add(dcols_n.f32(), s0, n, g_, a_.dx->f32()); });
+      timed(clocks_, layer_, ".col2im", [&] { col2im_add(dcols_n.f32(), s0, n, g_, a_.dx->f32()); });
     }
     Tensor cols_n = cols_.view(t * ckk_ * span, {ckk_, n * hw_});
     cols_n.scale_mode = a_.x->scale_mode;
     cols_n.scales = a_.x->scales;
     const int elem = precision_bytes(a_.x->precision());
-    timed(clocks_, layer_ + ".im2col", [&] { im2col(a_.x->data(), elem, s0, n, g_, cols_n.data()); });
+    timed(clocks_, layer_, ".im2col", [&] { im2col(a_.x->data(), elem, s0, n, g_, cols_n.data()); });
     // A gradient cast per chunk (one team): the product accumulates into dW itself, as one GEMM.
     MatmulOptions accumulate;
     accumulate.beta = 1.0f;
     Tensor part = gq_.defined() ? parts_.view(slot * o_ * ckk_, {o_, ckk_}) : *a_.dw;
-    timed(clocks_, layer_ + ".gemm_weight_grad", [&] {
+    timed(clocks_, layer_, ".gemm_weight_grad", [&] {
       ops_.matmul(gc, Transpose::NO, cols_n, Transpose::YES, part, gq_.defined() ? MatmulOptions{} : accumulate);
     });
   }
