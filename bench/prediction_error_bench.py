@@ -19,8 +19,9 @@ scaled to the plan's local batches (planner/device_profile.h). The held-out conf
 Pools: 2 ranks (cpu-avx2 + cpu-sse41) for every model; 3 and 4 ranks (cpu-avx2 + cpu-sse41 x2,
 cpu-avx2 x2 + cpu-sse41 x2) for mlp and cnn. On a 2-CPU machine pools above 2 ranks cannot give
 every rank a CPU of its own: they run unpinned and share the CPUs (noted in the table), and their
-predictions are scaled by the profiling world's own FP32 step over its replay
-(shared_cpu_step_scale, planner/replayer.h): measured once with the profiles, like them.
+predictions are the shared-CPU model's (planner/shared_cpu_model.h: the ranks' compute as a span
+over the shared CPUs, fitted on the profiling world's measured FP32 step): measured once with the
+profiles, like them.
 
 Each round runs every configuration once in a shuffled order (interleaved repeats); predicted =
 the plan's prediction (the same every round: the profiles are fixed), measured = the median over

@@ -98,8 +98,8 @@ struct DeviceProfile {
   // Measured in a world of world_size ranks (0: alone): its median whole FP32 step, every rank at
   // FP32, from the step's start to the end of its stats all-reduce (the waits included), at this
   // profile's batch; world_signature names that world as its launcher did (`qsync run`: every
-  // rank's class@batch x threads, pinned or not). What the replayer's shared-CPU scale compares
-  // its own replay with (shared_cpu_step_scale, planner/replayer.h). Not scaled with the batch.
+  // rank's class@batch x threads, pinned or not). What the shared-CPU model is fitted on
+  // (shared_cpus_fit, planner/shared_cpu_model.h). Not scaled with the batch.
   int world_size = 0;
   double world_step_seconds = 0;
   std::string world_signature;

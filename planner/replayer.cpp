@@ -26,7 +26,7 @@
 //   compute(rank)   = forward + backward + optimizer
 // Memory, at its peak at the end of the forward pass: static bytes + saved activations of every
 // leaf (scaled linearly to the local batch) + the GEMM layers' low-precision weight copies.
-// Pools whose ranks share CPUs: the whole step scaled by shared_cpu_step_scale (replayer.h).
+// Pools whose ranks share CPUs: planner/shared_cpu_model.h.
 #include <algorithm>
 #include <cmath>
 #include <stdexcept>
@@ -233,38 +233,6 @@ StepPrediction replay_step(const ModelDesc& model, const std::vector<ReplayRank>
     for (RankPrediction& p : out.ranks) p.step_seconds = out.step_seconds;
   out.allreduce_end_seconds = sync_end;
   return out;
-}
-
-std::optional<double> shared_cpu_step_scale(const ModelDesc& model, const std::vector<const DeviceProfile*>& pool,
-                                            const CommProfile& comm, int64_t bucket_bytes, const std::string& world) {
-  if (pool.size() < 2) return std::nullopt;
-  std::vector<double> measured;
-  std::vector<ReplayRank> uniform;
-  for (const DeviceProfile* p : pool) {
-    if (p == nullptr) throw std::invalid_argument("shared_cpu_step_scale: a rank has no device profile");
-    if (p->world_size == int(pool.size()) && p->world_signature == world && p->world_step_seconds > 0)
-      measured.push_back(p->world_step_seconds);
-    ReplayRank r{p, plan_uniform(model, LayerPrecision::FP32)};
-    r.plan.local_batch = p->batch;
-    uniform.push_back(r);
-  }
-  if (measured.empty()) return std::nullopt;
-  std::sort(measured.begin(), measured.end());
-  const size_t n = measured.size();
-  const double world_step = n % 2 ? measured[n / 2] : 0.5 * (measured[n / 2 - 1] + measured[n / 2]);
-  const double replayed = replay_step(model, uniform, comm, bucket_bytes).step_seconds;
-  if (!(replayed > 0)) return std::nullopt;
-  return std::max(1.0, world_step / replayed);
-}
-
-void scale_step_prediction(StepPrediction& p, double scale) {
-  if (!(scale >= 1.0)) throw std::invalid_argument("scale_step_prediction: the scale must be at least 1");
-  const double added = p.step_seconds * (scale - 1.0);
-  p.step_seconds += added;
-  for (RankPrediction& r : p.ranks) {
-    r.step_seconds += added;
-    r.wait_seconds += added;
-  }
 }
 
 }  // namespace qsync

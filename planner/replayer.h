@@ -12,7 +12,6 @@
 #pragma once
 
 #include <cstdint>
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -48,19 +47,6 @@ struct StepPrediction {
 StepPrediction replay_step(const ModelDesc& model, const std::vector<ReplayRank>& ranks, const CommProfile& comm,
                            int64_t bucket_bytes);
 
-// Unpinned ranks (a local pool of more ranks than CPUs, or --no-pin) share the CPUs and lose time
-// the replay does not model: a rank whose peers left a synchronization point first waits for a
-// CPU they now compute on (measured: a 32-byte all-reduce took 2 ms on every rank of 3 sharing 2
-// CPUs). The scale is the profiling world's own measured FP32 step over the replay of that step:
-// the median world_step_seconds of the pool's profiles measured in this very world (world_size
-// the pool's, world_signature `world`), over replay_step of the uniform FP32 plan at the
-// profiles' batches; never below 1 (a shorter measured step is noise, not sharing). None where
-// no profile of the pool was measured in that world. A pool-level residual, as
-// step_overhead_seconds is a rank's; it over-predicts plans whose slowest rank is another than
-// uniform FP32's (docs/results.md).
-std::optional<double> shared_cpu_step_scale(const ModelDesc& model, const std::vector<const DeviceProfile*>& pool,
-                                            const CommProfile& comm, int64_t bucket_bytes, const std::string& world);
-// Multiplies a prediction's step by `scale` (>= 1); the time added is waiting (every rank's wait grows).
-void scale_step_prediction(StepPrediction& p, double scale);
+// Ranks that share CPUs: planner/shared_cpu_model.h turns this step into theirs.
 
 }  // namespace qsync

@@ -24,6 +24,7 @@
 #include "planner/allocator_model.h"
 #include "planner/local_plan.h"
 #include "planner/replayer.h"
+#include "planner/shared_cpu_model.h"
 #include "runner/cpu_pinning.h"
 
 namespace qsync {
@@ -169,31 +170,36 @@ std::string local_world_signature(const JobSpec& job, bool pinned) {
   return out;
 }
 
-// Unpinned ranks share the CPUs: predictions are scaled by what sharing cost the profiling world
-// beyond its replay (shared_cpu_step_scale, planner/replayer.h). 1 with a note when no profile
-// of the pool was measured in its own world.
-double shared_cpu_scale(const AllocationRequest& req, const std::string& world,
-                        const std::function<void(const std::string&)>& say) {
+// Unpinned ranks share the machine's CPUs: the shared-CPU model fitted on the profiling world's
+// measured step (planner/shared_cpu_model.h). None, with a note, when no profile of the pool was
+// measured in its own world.
+std::optional<SharedCpus> shared_cpus_of(const JobSpec& job, const AllocationRequest& req, const std::string& world,
+                                         const std::function<void(const std::string&)>& say) {
   std::vector<const DeviceProfile*> pool;
   for (const PoolRank& d : req.pool) pool.push_back(&d.profile);
-  const std::optional<double> scale = shared_cpu_step_scale(req.model, pool, req.comm, req.bucket_bytes, world);
-  if (!scale)
+  std::vector<int> threads;
+  for (const LocalWorker& w : job.pool.local) threads.push_back(std::max(1, int(w.threads)));
+  const int cpus = std::max<int>(1, int(affinity_cpus().size()));
+  std::optional<SharedCpus> s = shared_cpus_fit(req.model, pool, threads, cpus, req.comm, req.bucket_bytes, world);
+  if (!s)
     say("note: the ranks share the CPUs, but no profile of this pool was measured in its own world (" + world +
         "): predictions leave out what sharing costs; delete the pool's profiles to measure them again");
-  return scale.value_or(1.0);
+  return s;
 }
 
-// The allocation's predictions (and its step target) in the scaled units; the plan stays.
-void scale_allocation(Allocation& a, double scale, const std::function<void(const std::string&)>& say) {
-  scale_step_prediction(a.predicted, scale);
-  a.step_time_target *= scale;
+// The allocation's predictions on the shared CPUs, and its step target back in their units; the
+// plan stays.
+void share_allocation_cpus(Allocation& a, const SharedCpus& s, const std::function<void(const std::string&)>& say) {
+  share_cpus(a.predicted, s);
+  a.step_time_target *= s.uniform_ratio;
+  a.meets_target = a.predicted.step_seconds - a.predicted.jitter_seconds <= a.step_time_target * (1 + 1e-9);
   for (size_t r = 0; r < a.plans.size() && r < a.predicted.ranks.size(); ++r)
     a.plans[r].predicted_step_seconds = a.predicted.ranks[r].step_seconds;
-  char line[240];
+  char line[320];
   std::snprintf(line, sizeof line,
-                "the ranks share the CPUs (unpinned): predictions scaled by %.3f, the profiling world's measured "
-                "FP32 step over its replay",
-                scale);
+                "the ranks share %d CPUs (unpinned): their compute predicted as a shared span, %.3f x max(slowest, "
+                "total CPU work / CPUs), fitted on the profiling world's measured FP32 step",
+                s.cpus, s.work_scale);
   a.notes.push_back(line);
   say(std::string("note: ") + line);
 }
@@ -235,7 +241,8 @@ LocalPlanning plan_local_job(const JobFile& file, const LocalPlanningInputs& in)
   // profiled the same way: all at once, unpinned. Profiled one at a time, alone, each rank had
   // the machine to itself and the replayer under-predicted every shared pool (measured on 2 CPUs,
   // pools of 3 and 4 ranks, 16 held-out plans: median error -30%, worst -47%; profiled together:
-  // median 9.6%, worst 40%, either sign, beside a 10% noise floor).
+  // median 9.6%, worst 40%, either sign, beside a 10% noise floor). Such a world profiles with
+  // --shared-cpus (costs as means; its FP32 step over a block of steps a round: worker/profiler.h).
   std::vector<ProfileNeed> needs = local_missing_profiles(job, model, ProfileStore(profiles));
   if (!in.plans_dir.empty()) {  // given plans run at their own batches on the profiles there are
     const ProfileStore have(profiles);
@@ -253,6 +260,7 @@ LocalPlanning plan_local_job(const JobFile& file, const LocalPlanningInputs& in)
     if (!job.data.path.empty()) args.insert(args.end(), {"--data", job.data.path});
     if (in.profile_rounds > 0) args.insert(args.end(), {"--rounds", std::to_string(in.profile_rounds)});
     if (job.pool.local.size() > 1) args.insert(args.end(), {"--world-signature", world_signature});
+    if (job.pool.local.size() > 1 && in.rank_cpus.empty()) args.push_back("--shared-cpus");
     return args;
   };
   auto profile_path = [&](const ProfileNeed& n) {
@@ -329,13 +337,15 @@ LocalPlanning plan_local_job(const JobFile& file, const LocalPlanningInputs& in)
   for (const std::string& n : request.notes) say("note: " + n);
   LocalPlanning out;
   // Pools sharing the CPUs plan in the replay's units: a step target the user set is divided by
-  // the scale, so the plan chosen meets it once scaled back.
+  // the uniform plan's ratio (SharedCpus::uniform_ratio); the predictions are then the shared
+  // model's.
   const bool shares_cpus = pool_size > 1 && in.rank_cpus.empty();
-  const double scale = shares_cpus ? shared_cpu_scale(request.request, world_signature, say) : 1.0;
+  const std::optional<SharedCpus> shared =
+      shares_cpus ? shared_cpus_of(job, request.request, world_signature, say) : std::nullopt;
   AllocationRequest req = request.request;
-  if (req.step_time_target > 0) req.step_time_target /= scale;
+  if (req.step_time_target > 0 && shared) req.step_time_target /= shared->uniform_ratio;
   out.allocation = in.plans_dir.empty() ? allocate(req, request.strategy) : replay_given_plans(req, in.plans_dir);
-  if (scale > 1.0) scale_allocation(out.allocation, scale, say);
+  if (shared) share_allocation_cpus(out.allocation, *shared, say);
   const Allocation& a = out.allocation;
   nlohmann::json ranks = nlohmann::json::array();
   for (const RankPrediction& p : a.predicted.ranks) ranks.push_back(rank_prediction_json(p));

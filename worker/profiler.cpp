@@ -95,15 +95,15 @@ Shape batches_shape(const ModelDesc& m, int64_t batch) {
 // containers do not time) the sum of its sub-ops.
 double gemm_phase_seconds(const OpStepSamples& t, const std::string& layer, bool forward) {
   const std::string whole = layer + (forward ? ".forward" : ".backward");
-  if (t.has(whole)) return t.median(whole);
+  if (t.has(whole)) return t.center(whole);
   static const char* const FORWARD_OPS[] = {".cast_x", ".cast_w", ".gemm_forward"};
   static const char* const BACKWARD_OPS[] = {".cast_dy", ".cast_saved_x", ".cast_saved_w", ".cast_w_backward",
                                              ".gemm_input_grad", ".gemm_weight_grad"};
   double s = 0;
   if (forward)
-    for (const char* op : FORWARD_OPS) s += t.median(layer + op);
+    for (const char* op : FORWARD_OPS) s += t.center(layer + op);
   else
-    for (const char* op : BACKWARD_OPS) s += t.median(layer + op);
+    for (const char* op : BACKWARD_OPS) s += t.center(layer + op);
   return s;
 }
 
@@ -127,15 +127,15 @@ struct PrecisionRun {
 // layers' cost, the weight casts their forwards no longer run: spread over those forwards by
 // weight count, so a plan pays for it by its INT8 layers, as it did before the copies moved.
 void charge_int8_copies_to_layers(DeviceProfile& p, const ModelDesc& desc, const Model& model,
-                                  const std::vector<PrecisionRun>& runs) {
+                                  const std::vector<PrecisionRun>& runs, SampleCenter center) {
   double base = -1;
   for (const PrecisionRun& run : runs)
-    if (run.mode == LayerPrecision::FP32 && !run.optimizer_seconds.empty()) base = median_of(run.optimizer_seconds);
-  if (base < 0) return;  // no FP32 run: the median of every run stands
+    if (run.mode == LayerPrecision::FP32 && !run.optimizer_seconds.empty()) base = center_of(run.optimizer_seconds, center);
+  if (base < 0) return;  // no FP32 run: the center of every run stands
   p.optimizer_seconds = base;
   for (const PrecisionRun& run : runs) {
     if (!run.made_int8_rows || run.optimizer_seconds.empty()) continue;
-    const double extra = std::max(0.0, median_of(run.optimizer_seconds) - base);
+    const double extra = std::max(0.0, center_of(run.optimizer_seconds, center) - base);
     int64_t total = 0;
     for (const LayerDesc* l : model_gemm_layers(desc)) total += weight_numel(model, l->name);
     for (const LayerDesc* l : model_gemm_layers(desc))
@@ -158,9 +158,20 @@ void OpStepSamples::end_step() {
 
 void OpStepSamples::discard_step() { current_.clear(); }
 
-double OpStepSamples::median(const std::string& op) const {
+double OpStepSamples::center(const std::string& op) const {
   const auto it = samples_.find(op);
-  return it == samples_.end() ? 0.0 : median_of(it->second);
+  return it == samples_.end() ? 0.0 : center_of(it->second, center_);
+}
+
+double center_of(const std::vector<double>& samples, SampleCenter c) {
+  if (c == SampleCenter::MEDIAN || samples.empty()) return median_of(samples);
+  double sum = 0;
+  for (double s : samples) sum += s;
+  return sum / double(samples.size());
+}
+
+SampleCenter profile_sample_center(const ProfileConfig& c) {
+  return c.shared_cpus ? SampleCenter::MEAN : SampleCenter::MEDIAN;
 }
 
 size_t OpStepSamples::steps(const std::string& op) const {
@@ -226,6 +237,7 @@ DeviceProfile profile_run(const ProfileConfig& c) {
   p.batch = c.batch;
   const float divisor = float(double(c.batch) * double(batches.positions_per_sample()));
   std::vector<double> optimizer_seconds, fp32_step_seconds, world_step_seconds;
+  const SampleCenter center = profile_sample_center(c);
   int64_t fp32_peak_bytes = 0;
   int64_t step = 0;
   std::string skipped, emulated;
@@ -246,7 +258,7 @@ DeviceProfile profile_run(const ProfileConfig& c) {
       continue;
     }
     if (level == SupportLevel::EMULATED) emulated += std::string(emulated.empty() ? "" : ", ") + t.name;
-    runs.push_back({t.mode, {}, {}, {}, false});
+    runs.push_back({t.mode, OpStepSamples(center), {}, {}, false});
   }
   std::unique_ptr<GradientSync> sync;
   size_t turns = runs.size();  // precision turns per round: in a world, the most any rank has
@@ -261,32 +273,50 @@ DeviceProfile profile_run(const ProfileConfig& c) {
   LossScaler no_scaling;
   RankStep step_runner(model, opt, sync.get(), no_scaling, batches_shape(desc, c.batch),
                        c.batch * batches.positions_per_sample(), &memory);
-  for (int64_t round = 0; round < c.rounds; ++round)
+  // One step as training runs it, in a world ended by the step's stats all-reduce; its whole
+  // seconds, the waits included.
+  auto run_step = [&](StepOutcome& out) {
+    ctx.step = step++;
+    batches.next(step_runner.host_batch(), step_runner.host_targets());
+    const auto start = std::chrono::steady_clock::now();
+    out = step_runner.run(ctx, divisor);  // the sync's wait is not this class's cost
+    if (coll) {
+      double stats[4] = {out.loss_sum, 0, 0, 0};
+      coll->all_reduce_sum(stats, 4);
+    }
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  };
+  // Where the ranks share the CPUs, each round ends with a block of whole FP32 steps, one after
+  // another as training runs them (SHARED_WORLD_STEPS_PER_ROUND, after a warm-up step): the
+  // world's step, spread over the rounds as the costs are.
+  auto world_fp32_block = [&] {
+    model.apply_plan(plan_uniform(desc, LayerPrecision::FP32));
+    step_runner.after_forward = nullptr;
+    for (int64_t s = 0; s <= SHARED_WORLD_STEPS_PER_ROUND; ++s) {
+      StepOutcome out;
+      const double whole = run_step(out);
+      if (s > 0) world_step_seconds.push_back(whole);
+    }
+  };
+  for (int64_t round = 0; round < c.rounds; ++round) {
     for (size_t turn = 0; turn < turns; ++turn) {
       PrecisionRun& run = runs[turn % runs.size()];
       model.apply_plan(plan_uniform(desc, run.mode));
       ctx.timer = &run.timer;
       memory.reset_peak();
       for (int64_t s = 0; s <= c.steps; ++s) {  // s == 0: warm-up, discarded
-        ctx.step = step++;
-        batches.next(step_runner.host_batch(), step_runner.host_targets());
         step_runner.after_forward = [&, s] {
           if (round == 0 && s == 1) model.visit_layers([&run](Layer& l) { run.saved[l.name()] = l.saved_bytes(); });
         };
-        const auto step_start = std::chrono::steady_clock::now();
-        const StepOutcome out = step_runner.run(ctx, divisor);  // the sync's wait is not this class's cost
+        StepOutcome out;
+        const double whole = run_step(out);
         if (s > 0) optimizer_seconds.push_back(out.optimizer_seconds);
         if (s > 0) run.optimizer_seconds.push_back(out.optimizer_seconds);
         if (s > 0 && run.mode == LayerPrecision::FP32) fp32_step_seconds.push_back(out.compute_seconds + out.optimizer_seconds);
-        if (coll) {  // the step's stats all-reduce, as training ends a step
-          double stats[4] = {out.loss_sum, 0, 0, 0};
-          coll->all_reduce_sum(stats, 4);
-          // Turn 0 runs every rank's first precision, FP32 (every class has it): the whole world
-          // steps as a uniform FP32 job would, waits included.
-          if (s > 0 && turn == 0 && run.mode == LayerPrecision::FP32)
-            world_step_seconds.push_back(
-                std::chrono::duration<double>(std::chrono::steady_clock::now() - step_start).count());
-        }
+        // Turn 0 runs every rank's first precision, FP32 (every class has it): the whole world
+        // steps as a uniform FP32 job would, waits included.
+        if (coll && s > 0 && turn == 0 && run.mode == LayerPrecision::FP32 && !c.shared_cpus)
+          world_step_seconds.push_back(whole);
         if (s == 0) run.timer.discard_step();
         else run.timer.end_step();
       }
@@ -294,6 +324,8 @@ DeviceProfile profile_run(const ProfileConfig& c) {
       for (const Parameter* q : model.parameters()) run.made_int8_rows = run.made_int8_rows || q->int8_rows.defined();
       if (run.mode == LayerPrecision::FP32) fp32_peak_bytes = std::max(fp32_peak_bytes, memory.peak_bytes());
     }
+    if (coll && c.shared_cpus) world_fp32_block();
+  }
   for (PrecisionRun& run : runs) {
     const LayerPrecisionTraits& t = layer_precision_traits(run.mode);
     const OpStepSamples& timer = run.timer;
@@ -310,8 +342,8 @@ DeviceProfile profile_run(const ProfileConfig& c) {
     for (const LayerDesc* l : model_leaf_layers(desc)) {
       if (l->kind == LayerKind::LINEAR || l->kind == LayerKind::CONV2D) continue;
       LayerCost cost;
-      cost.forward_seconds = timer.median(l->name + ".forward");
-      cost.backward_seconds = timer.median(l->name + ".backward");
+      cost.forward_seconds = timer.center(l->name + ".forward");
+      cost.backward_seconds = timer.center(l->name + ".backward");
       cost.saved_bytes = saved[l->name];
       if (l->kind == LayerKind::ATTENTION)  // its own part: minus the qkv and proj GEMM layers
         for (const LayerDesc& child : l->children) {
@@ -324,8 +356,8 @@ DeviceProfile profile_run(const ProfileConfig& c) {
     }
   }
   profile_fit_casts(p, ctx);
-  p.optimizer_seconds = median_of(optimizer_seconds);
-  charge_int8_copies_to_layers(p, desc, model, runs);
+  p.optimizer_seconds = center_of(optimizer_seconds, center);
+  charge_int8_copies_to_layers(p, desc, model, runs, center);
   for (const Parameter* q : model.parameters()) p.static_bytes += q->value.bytes() + q->grad.bytes();
   for (const Tensor* s : opt.state()) p.static_bytes += s->bytes();
   // The step residual: a whole FP32 step as measured minus what the replayer predicts from the
@@ -334,7 +366,7 @@ DeviceProfile profile_run(const ProfileConfig& c) {
     ReplayRank whole{&p, plan_uniform(desc, LayerPrecision::FP32)};
     whole.plan.local_batch = c.batch;
     const RankPrediction parts = replay_step(desc, {whole}, CommProfile{}, 25ll << 20).ranks.at(0);
-    p.step_overhead_seconds = std::max(0.0, median_of(fp32_step_seconds) - parts.compute_seconds);
+    p.step_overhead_seconds = std::max(0.0, center_of(fp32_step_seconds, center) - parts.compute_seconds);
     p.step_overhead_bytes = std::max<int64_t>(0, fp32_peak_bytes - parts.peak_memory_bytes);
     p.step_jitter = step_jitter_of(fp32_step_seconds, c.steps);
   }
@@ -345,12 +377,15 @@ DeviceProfile profile_run(const ProfileConfig& c) {
   }
   p.source = "measured on " + (rank_device.is_cuda() ? rank_device.describe() + ", CUDA events" : cpu_model_name()) +
              " as " + device.name + " (" + std::to_string(c.threads) + " thread" + (c.threads == 1 ? "" : "s") +
-             "), median of " + std::to_string(c.rounds) + " round" +
+             (center == SampleCenter::MEAN ? "), mean of " : "), median of ") + std::to_string(c.rounds) + " round" +
              (c.rounds == 1 ? "" : "s") + " of " + std::to_string(c.steps) + " steps after a warm-up, " + optimizer_kind_name(c.optimizer.kind) + ", " +
              (c.data.empty() ? "synthetic data" : "data " + c.data) +
              (emulated.empty() ? "" : "; emulated: " + emulated) + (skipped.empty() ? "" : "; unsupported: " + skipped) +
              (coll ? "; rank " + std::to_string(coll->rank()) + " of a world of " + std::to_string(coll->world_size()) +
-                         " synchronizing gradients every step"
+                         " synchronizing gradients every step" +
+                         (c.shared_cpus ? ", sharing the CPUs, its whole FP32 step over a block of " +
+                                              std::to_string(SHARED_WORLD_STEPS_PER_ROUND) + " steps a round"
+                                        : std::string())
                    : std::string());
   if (!c.out.empty()) device_profile_write(c.out, p);
   if (!c.quiet) {

@@ -7,7 +7,7 @@
 // profiled), the model trains a few steps under a uniform plan: one warm-up step is discarded,
 // then every op's per-step seconds are kept. The precisions take turns over several rounds (a
 // shared machine has slow phases seconds long; turns spread them over every precision) and each
-// op's median is taken over all rounds. Recorded per GEMM layer:
+// op's median (mean, where ranks share the CPUs: SampleCenter) is taken over all rounds. Recorded per GEMM layer:
 // "<layer>.forward" / "<layer>.backward" (they include the layer's own casts; attention's qkv and
 // proj are not timed as leaves, so their costs are the sums of their ".cast_*" and ".gemm_*"
 // ops), the saved input bytes and the weight-copy bytes. From the FP32 run: the non-GEMM leaves
@@ -15,7 +15,8 @@
 // micro-benchmarked over 8 sizes from 4K to 4M elements (median of reps) and fitted with
 // fit_linear_cost. Also the optimizer step (median) and the static bytes (parameters, gradients,
 // optimizer state). In a world, also the median whole step of the first turn of each round,
-// where every rank runs FP32 (DeviceProfile::world_step_seconds: waits and stats all-reduce in).
+// where every rank runs FP32, or of a block of FP32 steps a round where the ranks share the CPUs
+// (DeviceProfile::world_step_seconds: waits and stats all-reduce in; ProfileConfig::shared_cpus).
 //
 //   ProfileConfig c{.model = "mlp", .device_class = "cpu-avx2", .batch = 128, .out = "p.json"};
 //   DeviceProfile p = profile_run(c);   // activates the class: one class per process
@@ -42,22 +43,48 @@ struct ProfileConfig {
   int64_t rounds = 3;        // passes over the precisions; every op's median is over all rounds' steps
   std::string out;           // where the profile JSON goes ("": not written)
   std::string world_signature;  // names the world it runs in (DeviceProfile::world_signature)
+  // The world's ranks share the CPUs (unpinned, as `qsync run` runs a pool of more threads than
+  // CPUs): every cost is the mean of its samples, not their median (profile_sample_center), and
+  // world_step_seconds is measured over a block of SHARED_WORLD_STEPS_PER_ROUND whole FP32 steps
+  // at the end of each round, one after another as training runs them, rather than over the
+  // rounds' first turns. Every rank of the world must pass the same.
+  bool shared_cpus = false;
   OptimizerConfig optimizer; // AdamW by default, as `train`
   uint64_t seed = 1;
   bool quiet = false;        // no summary table on stdout
 };
 
+// Whole FP32 steps a world of ranks sharing the CPUs measures at the end of each round
+// (ProfileConfig::shared_cpus). From the rounds' first turns (3 rounds of 5 steps, each after
+// other precisions' turns) a pool of 4 ranks on 2 CPUs measured its MLP step 9-10% longer than
+// its training runs did, three profilings out of three; from 30 steps one after another, within
+// 0.1%, 3% and 7% in three more. A block a round spreads them over the profiling's time, as the
+// rounds spread the costs (one block at the end measured a CNN world 17% slower than its runs).
+constexpr int64_t SHARED_WORLD_STEPS_PER_ROUND = 10;
+
+// What a cost is of its per-step samples. Alone on its CPUs a step is rarely preempted: the
+// median keeps a rare slow step out. Where ranks share CPUs, preemption lands in some op of
+// nearly every step: the median of each op leaves it out of every op, so their sum fell short of
+// the median whole step by 0.3-19.5 ms from one profile to the next (CNN, 3 ranks on 2 CPUs), a
+// residual (DeviceProfile::step_overhead_seconds) that charged one rank's every plan; means add
+// up (residuals 0.3-2.2 ms).
+enum class SampleCenter { MEDIAN, MEAN };
+double center_of(const std::vector<double>& samples, SampleCenter c);  // 0 for no samples
+SampleCenter profile_sample_center(const ProfileConfig& c);  // MEAN where c.shared_cpus
+
 // An OpTimer keeping, per op, one sample per step (the sum of the op's calls within the step).
 class OpStepSamples : public OpTimer {
  public:
+  explicit OpStepSamples(SampleCenter c = SampleCenter::MEDIAN) : center_(c) {}
   void record(const std::string& op, double seconds) override;
   void end_step();      // keeps the current step's sums as one sample per op
   void discard_step();  // drops them (a warm-up step)
   bool has(const std::string& op) const { return samples_.count(op) > 0; }
-  double median(const std::string& op) const;  // 0 when the op never ran
+  double center(const std::string& op) const;  // of the op's samples (SampleCenter); 0 when it never ran
   size_t steps(const std::string& op) const;
 
  private:
+  SampleCenter center_;
   std::map<std::string, double> current_;
   std::map<std::string, std::vector<double>> samples_;
 };

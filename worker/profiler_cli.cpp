@@ -18,15 +18,16 @@ const char* const PROFILE_USAGE =
     "usage: qsync-worker profile --model FILE|NAME --device-class C --batch B --out FILE [--threads N]\n"
     "         [--data DIR|FILE] [--steps S (measured steps per round, default 5)]\n"
     "         [--rounds R (passes over the precisions, default 3)] [--optimizer adamw|sgd] [--seed S] [--quiet]\n"
-    "         [--world-signature TEXT (names the world of RANK/WORLD_SIZE in the profile)]\n";
+    "         [--world-signature TEXT (names the world of RANK/WORLD_SIZE in the profile)]\n"
+    "         [--shared-cpus (the world's ranks share the CPUs: every rank passes it)]\n";
 
 ProfileConfig profile_parse_args(int argc, char** argv) {
   ProfileConfig c;
   const auto integer = parse_int_flag;
   for (int i = 0; i < argc; ++i) {
     const std::string a = argv[i];
-    if (a == "--quiet") {
-      c.quiet = true;
+    if (a == "--quiet" || a == "--shared-cpus") {
+      (a == "--quiet" ? c.quiet : c.shared_cpus) = true;
       continue;
     }
     if (i + 1 >= argc) throw std::invalid_argument(a + " needs a value\n" + PROFILE_USAGE);

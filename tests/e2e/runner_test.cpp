@@ -237,6 +237,7 @@ TEST(Runner, PlansWithTheExactAllocatorMeasuringOnceAndReportsPredictions) {
           test::read_text(dir.file(std::string("profiles/mlp-fmnist.") + class_here(c) + ".b16.profile.json"));
       EXPECT_NE(text.find("of a world of 2 synchronizing gradients"), std::string::npos) << c << ": " << text.substr(0, 600);
       EXPECT_NE(text.find("median of 1 round of"), std::string::npos) << "--profile-rounds 1 reaches the profiler";
+      EXPECT_EQ(text.find("sharing the CPUs"), std::string::npos) << "pinned ranks do not share CPUs: " << c;
     }
   }
   // The second run reuses the profiles and the statistics.
@@ -261,6 +262,9 @@ TEST(Runner, ProfilesUnpinnedRanksTogetherAsTheJobRunsThem) {
     const std::string text =
         test::read_text(dir.file(std::string("profiles/mlp-fmnist.") + class_here(c) + ".b16.profile.json"));
     EXPECT_NE(text.find("of a world of 2 synchronizing gradients"), std::string::npos) << c << ": " << text.substr(0, 600);
+    // Costs as means (preemption in every step), the world's step over whole steps one after another.
+    EXPECT_NE(text.find("sharing the CPUs, its whole FP32 step over a block of 10 steps a round"), std::string::npos) << c;
+    EXPECT_NE(text.find("), mean of "), std::string::npos) << c << ": " << text.substr(0, 600);
   }
 }
 

@@ -3,13 +3,12 @@
 // bucket's all-reduce overlapping backward, a slow rank delaying the sync while the fast one
 // waits the difference, one rank without sync, memory = static + saved (scaled to the local
 // batch) + weight copies, the profile's step residual, the gradient copies into and out of the
-// buckets, planned precisions' costs, the shared-CPU scale, and the errors for a missing precision.
+// buckets, planned precisions' costs, and the errors for a missing precision.
 #include "planner/replayer.h"
 
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -114,53 +113,6 @@ TEST(Replayer, SlowRankDelaysTheSyncAndTheFastOneWaitsTheDifference) {
   EXPECT_NEAR(s.ranks[1].step_seconds, 23.076, 1e-12);
   EXPECT_DOUBLE_EQ(s.ranks[1].compute_seconds, 20.5);
   EXPECT_NEAR(s.step_seconds, 23.076, 1e-12);
-}
-
-// A pool sharing CPUs: the profiling world measured its uniform FP32 step at 1.2x the replay of
-// that step (23.076 s, as above), so predictions scale by 1.2, the added time as waiting.
-TEST(Replayer, SharedCpuScaleIsTheWorldsMeasuredFp32StepOverItsReplay) {
-  DeviceProfile fast = two_layer_profile(1), slow = two_layer_profile(2);
-  const CommProfile c = comm(1, 0.001);
-  for (DeviceProfile* p : {&fast, &slow}) p->world_size = 2, p->world_signature = "fast@4x1,slow@4x1 unpinned";
-  fast.world_step_seconds = 1.2 * 23.076 - 0.1;  // the median of the pool's two measurements
-  slow.world_step_seconds = 1.2 * 23.076 + 0.1;
-  const std::optional<double> scale = shared_cpu_step_scale(two_layer(), {&fast, &slow}, c, 144, fast.world_signature);
-  ASSERT_TRUE(scale.has_value());
-  EXPECT_NEAR(*scale, 1.2, 1e-12);
-
-  StepPrediction s = replay_step(two_layer(), {rank_of(fast, 4), rank_of(slow, 4, LayerPrecision::INT8)}, c, 144);
-  const StepPrediction before = s;
-  scale_step_prediction(s, 1.2);
-  EXPECT_NEAR(s.step_seconds, 1.2 * before.step_seconds, 1e-12);
-  for (size_t r = 0; r < 2; ++r) {
-    EXPECT_NEAR(s.ranks[r].step_seconds, before.ranks[r].step_seconds + 0.2 * before.step_seconds, 1e-12);
-    EXPECT_NEAR(s.ranks[r].wait_seconds, before.ranks[r].wait_seconds + 0.2 * before.step_seconds, 1e-12);
-    EXPECT_DOUBLE_EQ(s.ranks[r].compute_seconds, before.ranks[r].compute_seconds);
-  }
-  EXPECT_THROW(scale_step_prediction(s, 0.5), std::invalid_argument);
-}
-
-TEST(Replayer, SharedCpuScaleNeedsTheMeasurementOfThisVeryWorld) {
-  DeviceProfile fast = two_layer_profile(1), slow = two_layer_profile(2);
-  const CommProfile c = comm(1, 0.001);
-  const std::string world = "fast@4x1,slow@4x1 unpinned";
-  auto scale = [&](const std::vector<const DeviceProfile*>& pool, const std::string& w) {
-    return shared_cpu_step_scale(two_layer(), pool, c, 144, w);
-  };
-  EXPECT_FALSE(scale({&fast, &slow}, world).has_value());  // measured alone
-  for (DeviceProfile* p : {&fast, &slow}) p->world_size = 3, p->world_step_seconds = 50, p->world_signature = world;
-  EXPECT_FALSE(scale({&fast, &slow}, world).has_value());  // a world of another size
-  for (DeviceProfile* p : {&fast, &slow}) p->world_size = 2;
-  EXPECT_FALSE(scale({&fast, &slow}, "fast@4x1,slow@4x1 pinned").has_value());  // another world of that size
-  EXPECT_FALSE(scale({&fast}, world).has_value());  // one rank
-  ASSERT_TRUE(scale({&fast, &slow}, world).has_value());
-  for (DeviceProfile* p : {&fast, &slow}) p->world_step_seconds = 10;  // shorter than the replay: noise
-  EXPECT_DOUBLE_EQ(*scale({&fast, &slow}, world), 1.0);
-  // A profile scaled to another batch no longer carries its world's step (measured at its batch).
-  const DeviceProfile moved = device_profile_scaled(fast, 8);
-  EXPECT_EQ(moved.world_size, 0);
-  EXPECT_DOUBLE_EQ(moved.world_step_seconds, 0);
-  EXPECT_TRUE(moved.world_signature.empty());
 }
 
 TEST(Replayer, OneRankDoesNotSynchronize) {

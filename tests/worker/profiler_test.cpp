@@ -32,15 +32,41 @@ TEST(OpStepSamples, KeepsOneSumPerStepAndDropsTheWarmUp) {
     t.end_step();
   }
   EXPECT_EQ(t.steps("fc1.forward"), 3u);
-  EXPECT_EQ(t.median("fc1.forward"), 2.0);
-  EXPECT_EQ(t.median("conv.im2col"), 4.0);
+  EXPECT_EQ(t.center("fc1.forward"), 2.0);
+  EXPECT_EQ(t.center("conv.im2col"), 4.0);
   EXPECT_FALSE(t.has("fc2.forward"));
-  EXPECT_EQ(t.median("fc2.forward"), 0.0);
+  EXPECT_EQ(t.center("fc2.forward"), 0.0);
+}
+
+// Where ranks share the CPUs a preempted step is the rule: costs are means, whose parts add up to
+// the whole step's; medians of the parts would each leave the preemption out.
+TEST(OpStepSamples, MeansAddUpWhereMediansDoNot) {
+  OpStepSamples median, mean(SampleCenter::MEAN);
+  // Three steps, each preempted (+9) in a different one of three ops: every step takes 12.
+  const double ops[3][3] = {{10, 1, 1}, {1, 10, 1}, {1, 1, 10}};
+  for (const auto& step : ops)
+    for (OpStepSamples* t : {&median, &mean}) {
+      for (int op = 0; op < 3; ++op) t->record("op" + std::to_string(op), step[op]);
+      t->end_step();
+    }
+  double median_sum = 0, mean_sum = 0;
+  for (int op = 0; op < 3; ++op) {
+    median_sum += median.center("op" + std::to_string(op));
+    mean_sum += mean.center("op" + std::to_string(op));
+  }
+  EXPECT_DOUBLE_EQ(median_sum, 3.0);  // the preemption in no op
+  EXPECT_DOUBLE_EQ(mean_sum, 12.0);   // the whole step
+  EXPECT_DOUBLE_EQ(center_of({}, SampleCenter::MEAN), 0.0);
+  EXPECT_DOUBLE_EQ(center_of({1, 2, 9}, SampleCenter::MEDIAN), 2.0);
+  ProfileConfig shared;
+  EXPECT_EQ(profile_sample_center(shared), SampleCenter::MEDIAN);
+  shared.shared_cpus = true;
+  EXPECT_EQ(profile_sample_center(shared), SampleCenter::MEAN);
 }
 
 TEST(ProfileArgs, ParsesAndNamesWhatIsMissing) {
   std::vector<std::string> args = {"--model", "mlp", "--device-class", "cpu-avx2", "--batch", "32",
-                                   "--out", "p.json", "--steps", "3", "--threads", "2", "--quiet"};
+                                   "--out", "p.json", "--steps", "3", "--threads", "2", "--quiet", "--shared-cpus"};
   std::vector<char*> argv;
   for (std::string& a : args) argv.push_back(a.data());
   const ProfileConfig c = profile_parse_args(int(argv.size()), argv.data());
@@ -51,6 +77,8 @@ TEST(ProfileArgs, ParsesAndNamesWhatIsMissing) {
   EXPECT_EQ(c.threads, 2);
   EXPECT_EQ(c.out, "p.json");
   EXPECT_TRUE(c.quiet);
+  EXPECT_TRUE(c.shared_cpus);
+  EXPECT_FALSE(profile_parse_args(12, argv.data()).shared_cpus);  // without the trailing flags
   argv.resize(4);  // no --batch, no --out
   try {
     profile_parse_args(int(argv.size()), argv.data());

@@ -1,0 +1,64 @@
+// File: planner/shared_cpu_model.h
+// Ranks that share CPUs (a local pool of more threads than CPUs, or unpinned): what the replayer
+// does not model. replay_step times each rank as if it had its CPUs alone; sharing them, the
+// ranks' compute is a processor-sharing queue, and its span is at least the ranks' total CPU work
+// over the CPUs (the scheduler keeps every CPU busy while any rank computes) and at least the
+// slowest rank's own. So the step is the replay's with its slowest compute C_max replaced by
+//
+//   span = work_scale * max(C_max, sum_r C_r * threads_r / cpus)
+//
+// (C_r: rank r's replayed compute, forward + backward + optimizer), what follows it (the sync's
+// tail, the stats all-reduce) kept as replayed. The replay's expected latest arrival of ranks
+// whose steps vary (StepPrediction::jitter_seconds) is dropped: sharing, the ranks' step-to-step
+// spread is the scheduler interleaving them, inside the span (kept, it over-predicted balanced
+// plans by 8-19% on 2 CPUs: the CNN's 4-rank exact plan 97.8 ms against 83.0 measured). The profiles'
+// costs were measured under the profiling world's own sharing; work_scale brings them to the
+// span's scale, fitted so that the uniform FP32 plan at the profiles' batches gives the step the
+// profiling world measured (DeviceProfile::world_step_seconds). A mixed plan that lightens the
+// weak ranks frees CPU time for the others: measured on 2 CPUs (MLP and CNN, pools of 3 and 4
+// ranks, 16 held-out plans), the span model's median error 3.9% and worst 9.3%, where scaling the
+// whole replayed step by the uniform plan's ratio gave 5.7% and 13.4% (docs/results.md).
+//
+//   std::optional<SharedCpus> s = shared_cpus_fit(model, pool, threads, cpus, comm, bucket_bytes, world);
+//   StepPrediction p = replay_step(model, ranks, comm, bucket_bytes);
+//   if (s) share_cpus(p, *s);
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "planner/device_profile.h"
+#include "planner/model_desc.h"
+#include "planner/replayer.h"
+
+namespace qsync {
+
+struct SharedCpus {
+  int cpus = 0;              // the CPUs the ranks share (> 0)
+  std::vector<int> threads;  // each rank's compute threads (>= 1), in rank order
+  double work_scale = 1;     // the profiled compute to the span's scale (> 0)
+  // The world's measured FP32 step over its replay: how much longer than replayed a plan like the
+  // uniform one steps, for turning a step target into the replay's units (the allocator plans in
+  // them).
+  double uniform_ratio = 1;
+};
+
+// The ranks' compute span on the shared CPUs (the formula above) for a replayed step.
+double shared_compute_span(const StepPrediction& p, const SharedCpus& s);
+
+// Replaces p's slowest compute and its jitter by the span: the step and every rank's step move by
+// the difference; the ranks' compute stays as replayed and the difference is waiting (never
+// below 0); jitter_seconds becomes 0.
+void share_cpus(StepPrediction& p, const SharedCpus& s);
+
+// Fits work_scale from the pool's profiles measured in world `world` (world_size the pool's,
+// world_signature `world`): their median world_step_seconds against share_cpus over the replay of
+// the uniform FP32 plan at the profiles' batches. None where no profile of the pool was measured
+// in that world, or where the replay's tail alone exceeds the measured step. Throws
+// std::invalid_argument for a rank without a profile, threads not one per rank, or no CPUs.
+std::optional<SharedCpus> shared_cpus_fit(const ModelDesc& model, const std::vector<const DeviceProfile*>& pool,
+                                          const std::vector<int>& threads, int cpus, const CommProfile& comm,
+                                          int64_t bucket_bytes, const std::string& world);
+
+}  // namespace qsync
