@@ -274,28 +274,36 @@ DeviceProfile profile_run(const ProfileConfig& c) {
   RankStep step_runner(model, opt, sync.get(), no_scaling, batches_shape(desc, c.batch),
                        c.batch * batches.positions_per_sample(), &memory);
   // One step as training runs it, in a world ended by the step's stats all-reduce; its whole
-  // seconds, the waits included.
-  auto run_step = [&](StepOutcome& out) {
+  // seconds, the waits included. `more`: this rank's vote, carried by that all-reduce, to go on
+  // stepping; returned in it, whether any rank voted so (every rank gets the same answer).
+  auto run_step = [&](StepOutcome& out, bool* more = nullptr) {
     ctx.step = step++;
     batches.next(step_runner.host_batch(), step_runner.host_targets());
     const auto start = std::chrono::steady_clock::now();
     out = step_runner.run(ctx, divisor);  // the sync's wait is not this class's cost
     if (coll) {
-      double stats[4] = {out.loss_sum, 0, 0, 0};
+      double stats[4] = {out.loss_sum, more != nullptr && *more ? 1.0 : 0.0, 0, 0};
       coll->all_reduce_sum(stats, 4);
+      if (more != nullptr) *more = stats[1] > 0;
     }
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   };
   // Where the ranks share the CPUs, each round ends with a block of whole FP32 steps, one after
-  // another as training runs them (SHARED_WORLD_STEPS_PER_ROUND, after a warm-up step): the
-  // world's step, spread over the rounds as the costs are.
+  // another as training runs them, after a warm-up step: at least SHARED_WORLD_BLOCK_STEPS and
+  // SHARED_WORLD_BLOCK_SECONDS (rank 0's clock decides). The world's step, spread over the
+  // rounds as the costs are.
   auto world_fp32_block = [&] {
     model.apply_plan(plan_uniform(desc, LayerPrecision::FP32));
     step_runner.after_forward = nullptr;
-    for (int64_t s = 0; s <= SHARED_WORLD_STEPS_PER_ROUND; ++s) {
-      StepOutcome out;
-      const double whole = run_step(out);
-      if (s > 0) world_step_seconds.push_back(whole);
+    StepOutcome out;
+    run_step(out);  // warm-up
+    const auto start = std::chrono::steady_clock::now();
+    for (int64_t s = 1;; ++s) {
+      const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      bool more = coll->rank() == 0 && s < SHARED_WORLD_BLOCK_MAX_STEPS &&
+                  (s < SHARED_WORLD_BLOCK_STEPS || elapsed < SHARED_WORLD_BLOCK_SECONDS);
+      world_step_seconds.push_back(run_step(out, &more));
+      if (!more) break;
     }
   };
   for (int64_t round = 0; round < c.rounds; ++round) {
@@ -383,8 +391,8 @@ DeviceProfile profile_run(const ProfileConfig& c) {
              (emulated.empty() ? "" : "; emulated: " + emulated) + (skipped.empty() ? "" : "; unsupported: " + skipped) +
              (coll ? "; rank " + std::to_string(coll->rank()) + " of a world of " + std::to_string(coll->world_size()) +
                          " synchronizing gradients every step" +
-                         (c.shared_cpus ? ", sharing the CPUs, its whole FP32 step over a block of " +
-                                              std::to_string(SHARED_WORLD_STEPS_PER_ROUND) + " steps a round"
+                         (c.shared_cpus ? ", sharing the CPUs, its whole FP32 step over " +
+                                              std::to_string(world_step_seconds.size()) + " steps in blocks a round"
                                         : std::string())
                    : std::string());
   if (!c.out.empty()) device_profile_write(c.out, p);

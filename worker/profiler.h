@@ -45,8 +45,8 @@ struct ProfileConfig {
   std::string world_signature;  // names the world it runs in (DeviceProfile::world_signature)
   // The world's ranks share the CPUs (unpinned, as `qsync run` runs a pool of more threads than
   // CPUs): every cost is the mean of its samples, not their median (profile_sample_center), and
-  // world_step_seconds is measured over a block of SHARED_WORLD_STEPS_PER_ROUND whole FP32 steps
-  // at the end of each round, one after another as training runs them, rather than over the
+  // world_step_seconds is measured over a block of whole FP32 steps at the end of each round
+  // (SHARED_WORLD_BLOCK_*), one after another as training runs them, rather than over the
   // rounds' first turns. Every rank of the world must pass the same.
   bool shared_cpus = false;
   OptimizerConfig optimizer; // AdamW by default, as `train`
@@ -54,13 +54,16 @@ struct ProfileConfig {
   bool quiet = false;        // no summary table on stdout
 };
 
-// Whole FP32 steps a world of ranks sharing the CPUs measures at the end of each round
-// (ProfileConfig::shared_cpus). From the rounds' first turns (3 rounds of 5 steps, each after
-// other precisions' turns) a pool of 4 ranks on 2 CPUs measured its MLP step 9-10% longer than
-// its training runs did, three profilings out of three; from 30 steps one after another, within
-// 0.1%, 3% and 7% in three more. A block a round spreads them over the profiling's time, as the
-// rounds spread the costs (one block at the end measured a CNN world 17% slower than its runs).
-constexpr int64_t SHARED_WORLD_STEPS_PER_ROUND = 10;
+// The block of whole FP32 steps a world of ranks sharing the CPUs measures at the end of each
+// round (ProfileConfig::shared_cpus): at least this many steps and this long, at most so many.
+// From the rounds' first turns (3 rounds of 5 steps, each after other precisions' turns) a pool
+// of 4 ranks on 2 CPUs measured its MLP step 9-10% longer than its training runs did, three
+// profilings out of three. Its whole step moves in phases: blocks of 10 steps (0.2 s) had
+// medians of 18.6-23.0 ms within one profiling, against 16-18.5 in training runs of 3 s; one
+// profiling of 3 such blocks put the world 13.5% above its runs.
+constexpr int64_t SHARED_WORLD_BLOCK_STEPS = 10;
+constexpr double SHARED_WORLD_BLOCK_SECONDS = 1.0;
+constexpr int64_t SHARED_WORLD_BLOCK_MAX_STEPS = 500;
 
 // What a cost is of its per-step samples. Alone on its CPUs a step is rarely preempted: the
 // median keeps a rare slow step out. Where ranks share CPUs, preemption lands in some op of

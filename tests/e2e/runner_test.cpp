@@ -263,7 +263,7 @@ TEST(Runner, ProfilesUnpinnedRanksTogetherAsTheJobRunsThem) {
         test::read_text(dir.file(std::string("profiles/mlp-fmnist.") + class_here(c) + ".b16.profile.json"));
     EXPECT_NE(text.find("of a world of 2 synchronizing gradients"), std::string::npos) << c << ": " << text.substr(0, 600);
     // Costs as means (preemption in every step), the world's step over whole steps one after another.
-    EXPECT_NE(text.find("sharing the CPUs, its whole FP32 step over a block of 10 steps a round"), std::string::npos) << c;
+    EXPECT_NE(text.find(" steps in blocks a round"), std::string::npos) << c;
     EXPECT_NE(text.find("), mean of "), std::string::npos) << c << ": " << text.substr(0, 600);
   }
 }
