@@ -15,9 +15,10 @@
 // costs were measured under the profiling world's own sharing; work_scale brings them to the
 // span's scale, fitted so that the uniform FP32 plan at the profiles' batches gives the step the
 // profiling world measured (DeviceProfile::world_step_seconds). A mixed plan that lightens the
-// weak ranks frees CPU time for the others: measured on 2 CPUs (MLP and CNN, pools of 3 and 4
-// ranks, 16 held-out plans), the span model's median error 3.9% and worst 9.3%, where scaling the
-// whole replayed step by the uniform plan's ratio gave 5.7% and 13.4% (docs/results.md).
+// weak ranks frees CPU time for the others. Measured on 2 CPUs (MLP and CNN, pools of 3 and 4
+// ranks, 16 held-out plans, docs/results.md): median error 3.4%, worst 10.5%, where scaling the
+// whole replayed step by the uniform plan's ratio gave 8.8% and 14.4%; on one set of profiles
+// both ways, the span 3.9% and 9.3% against the ratio's 5.7% and 13.4%.
 //
 //   std::optional<SharedCpus> s = shared_cpus_fit(model, pool, threads, cpus, comm, bucket_bytes, world);
 //   StepPrediction p = replay_step(model, ranks, comm, bucket_bytes);

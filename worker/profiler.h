@@ -59,8 +59,9 @@ struct ProfileConfig {
 // From the rounds' first turns (3 rounds of 5 steps, each after other precisions' turns) a pool
 // of 4 ranks on 2 CPUs measured its MLP step 9-10% longer than its training runs did, three
 // profilings out of three. Its whole step moves in phases: blocks of 10 steps (0.2 s) had
-// medians of 18.6-23.0 ms within one profiling, against 16-18.5 in training runs of 3 s; one
-// profiling of 3 such blocks put the world 13.5% above its runs.
+// medians of 18.6-23.0 ms over four profilings, up to 3.6 ms apart within one (its uniform FP32
+// training runs of 3 s: 19.5-19.9 ms), and one profiling of 3 such blocks put the world 13.5%
+// above its runs; over ~150 steps (1 s a round) four profilings gave 19.7-20.2 ms.
 constexpr int64_t SHARED_WORLD_BLOCK_STEPS = 10;
 constexpr double SHARED_WORLD_BLOCK_SECONDS = 1.0;
 constexpr int64_t SHARED_WORLD_BLOCK_MAX_STEPS = 500;
