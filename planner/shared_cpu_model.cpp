@@ -17,7 +17,8 @@ void check_sharing(const SharedCpus& s, size_t ranks) {
     throw std::invalid_argument("shared CPUs: " + std::to_string(s.threads.size()) + " thread counts for " +
                                 std::to_string(ranks) + " ranks; give one per rank");
   for (int t : s.threads)
-    if (t < 1) throw std::invalid_argument("shared CPUs: a rank computes on " + std::to_string(t) + " threads; at least 1");
+    if (t < 1)
+      throw std::invalid_argument("shared CPUs: a rank computes on " + std::to_string(t) + " threads; at least 1");
 }
 
 double slowest_compute(const StepPrediction& p) {

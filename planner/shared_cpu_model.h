@@ -11,8 +11,8 @@
 // tail, the stats all-reduce) kept as replayed. The replay's expected latest arrival of ranks
 // whose steps vary (StepPrediction::jitter_seconds) is dropped: sharing, the ranks' step-to-step
 // spread is the scheduler interleaving them, inside the span (kept, it over-predicted balanced
-// plans by 8-19% on 2 CPUs: the CNN's 4-rank exact plan 97.8 ms against 83.0 measured). The profiles'
-// costs were measured under the profiling world's own sharing; work_scale brings them to the
+// plans by 8-19% on 2 CPUs: the CNN's 4-rank exact plan 97.8 ms against 83.0 measured). The
+// profiles' costs were measured under the profiling world's own sharing; work_scale brings them to the
 // span's scale, fitted so that the uniform FP32 plan at the profiles' batches gives the step the
 // profiling world measured (DeviceProfile::world_step_seconds). A mixed plan that lightens the
 // weak ranks frees CPU time for the others. Measured on 2 CPUs (MLP and CNN, pools of 3 and 4

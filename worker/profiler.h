@@ -7,7 +7,8 @@
 // profiled), the model trains a few steps under a uniform plan: one warm-up step is discarded,
 // then every op's per-step seconds are kept. The precisions take turns over several rounds (a
 // shared machine has slow phases seconds long; turns spread them over every precision) and each
-// op's median (mean, where ranks share the CPUs: SampleCenter) is taken over all rounds. Recorded per GEMM layer:
+// op's median (mean, where ranks share the CPUs: SampleCenter) is taken over all rounds.
+// Recorded per GEMM layer:
 // "<layer>.forward" / "<layer>.backward" (they include the layer's own casts; attention's qkv and
 // proj are not timed as leaves, so their costs are the sums of their ".cast_*" and ".gemm_*"
 // ops), the saved input bytes and the weight-copy bytes. From the FP32 run: the non-GEMM leaves
@@ -69,7 +70,7 @@ constexpr int64_t SHARED_WORLD_BLOCK_MAX_STEPS = 500;
 // What a cost is of its per-step samples. Alone on its CPUs a step is rarely preempted: the
 // median keeps a rare slow step out. Where ranks share CPUs, preemption lands in some op of
 // nearly every step: the median of each op leaves it out of every op, so their sum fell short of
-// the median whole step by 0.3-19.5 ms from one profile to the next (CNN, 3 ranks on 2 CPUs), a
+// the median whole step by 0.9-19.5 ms from one profile to the next (CNN, 3 ranks on 2 CPUs), a
 // residual (DeviceProfile::step_overhead_seconds) that charged one rank's every plan; means add
 // up (residuals 0.3-2.2 ms).
 enum class SampleCenter { MEDIAN, MEAN };

@@ -97,7 +97,8 @@ struct SharedPool {
 
 TEST(SharedCpuModel, FitReproducesTheWorldsUniformStepAndALighterRankFreesCpuTime) {
   const SharedPool pool;
-  const std::optional<SharedCpus> s = shared_cpus_fit(pool.model, pool.pool(), {1, 1, 1}, 2, pool.comm, 25ll << 20, pool.world);
+  const std::optional<SharedCpus> s =
+      shared_cpus_fit(pool.model, pool.pool(), {1, 1, 1}, 2, pool.comm, 25ll << 20, pool.world);
   ASSERT_TRUE(s.has_value());
   StepPrediction uniform = pool.replay(LayerPrecision::FP32);
   const double replayed_step = uniform.step_seconds, jitter = uniform.jitter_seconds;
@@ -132,7 +133,8 @@ TEST(SharedCpuModel, FitNeedsTheMeasurementOfThisVeryWorld) {
   for (DeviceProfile* p : {&pool.fast, &pool.weak}) p->world_size = 0, p->world_step_seconds = 0;
   EXPECT_FALSE(fit(pool.world).has_value());  // measured alone
   EXPECT_THROW(fit(pool.world, 0), std::invalid_argument);
-  EXPECT_THROW(shared_cpus_fit(pool.model, pool.pool(), {1, 1}, 2, pool.comm, 25ll << 20, pool.world), std::invalid_argument);
+  EXPECT_THROW(shared_cpus_fit(pool.model, pool.pool(), {1, 1}, 2, pool.comm, 25ll << 20, pool.world),
+               std::invalid_argument);  // a thread count short
   EXPECT_THROW(shared_cpus_fit(pool.model, {&pool.fast, nullptr}, {1, 1}, 2, pool.comm, 25ll << 20, pool.world),
                std::invalid_argument);
   // A profile scaled to another batch no longer carries its world's step (measured at its batch).
