@@ -62,7 +62,7 @@ TEST(SharedCpuModel, SpanIsTheTotalWorkOverTheCpusOrTheSlowestRank) {
   EXPECT_DOUBLE_EQ(longer.ranks[1].wait_seconds, 2 + 12);
 }
 
-// One 8 -> 4 linear layer; the weak class computes at 3x the fast one's time, 1.5x in INT8.
+// flatten -> fc0 (16 -> 4); the weak class computes at 3x the fast one's time, 1.5x in INT8.
 struct SharedPool {
   ModelDesc model = chain_model({4}, "one-layer");
   DeviceProfile fast = blank_profile(model, "fast", 4), weak = blank_profile(model, "weak", 4);
