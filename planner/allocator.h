@@ -69,6 +69,10 @@ struct Allocation {
   std::vector<std::string> notes;   // what the strategy could not do, and why
 };
 
+// Whether predicted step p meets `target` (seconds): the target bounds the planned step; the
+// spread of the ranks' steps (StepPrediction::jitter_seconds) is not the plan's to meet.
+bool step_meets_target(const StepPrediction& p, double target);
+
 // Strategies: "exact", "greedy", "uniform", "uniform-low-weak", "dynamic-batching".
 // Throws std::invalid_argument for an unknown strategy (listing them) and InfeasiblePlan when a
 // device cannot fit the model even at its lowest precision (naming the device and the smallest

@@ -239,10 +239,13 @@ Allocation finish_allocation(const JobModel& job, const std::string& strategy, c
                       ", over its budget of " + mib(job.ranks[r].memory_budget));
     }
   }
-  // The target bounds the planned step; the spread of the ranks' steps is not the plan's to meet.
-  a.meets_target = a.predicted.step_seconds - a.predicted.jitter_seconds <= target * (1 + 1e-9);
+  a.meets_target = step_meets_target(a.predicted, target);
   a.notes = std::move(notes);
   return a;
+}
+
+bool step_meets_target(const StepPrediction& p, double target) {
+  return p.step_seconds - p.jitter_seconds <= target * (1 + 1e-9);
 }
 
 }  // namespace qsync

@@ -192,7 +192,7 @@ std::optional<SharedCpus> shared_cpus_of(const JobSpec& job, const AllocationReq
 void share_allocation_cpus(Allocation& a, const SharedCpus& s, const std::function<void(const std::string&)>& say) {
   share_cpus(a.predicted, s);
   a.step_time_target *= s.uniform_ratio;
-  a.meets_target = a.predicted.step_seconds - a.predicted.jitter_seconds <= a.step_time_target * (1 + 1e-9);
+  a.meets_target = step_meets_target(a.predicted, a.step_time_target);
   for (size_t r = 0; r < a.plans.size() && r < a.predicted.ranks.size(); ++r)
     a.plans[r].predicted_step_seconds = a.predicted.ranks[r].step_seconds;
   char line[320];
