@@ -5,9 +5,9 @@
 // (CpuIsa::AVX2), else the _ref functions. Bit-identical to the _ref functions:
 // the arithmetic is the one spelled out at the top of ref/quantize_ref.cpp (x * (1/scale) then
 // RNE; or floor(fma(x, 1/scale, u)); NaN -> 0; clamp to [-127, 127]), and the stochastic noise
-// is the same splitmix64 stream, computed in 64-bit integer lanes: one output per quad of
-// elements (16 bits each, in index order from the low end), so the vector loops start on an index
-// divisible by 4 (the elements before it are quantized one at a time).
+// is the same lowbias32 hash of a Weyl sequence, computed in 32-bit integer lanes: one hash per
+// pair of elements (16 bits each, the even element's from the low end), so the vector loops start
+// on an even index (an odd first element is quantized alone).
 //
 // Buffers of n >= 2^16 elements are split into fixed chunks run by an OpenMP parallel for.
 // Each quantized element depends only on its own value and flat index, and amax is a max
@@ -30,24 +30,31 @@ using simd::tail_mask16;
 using simd::CHUNK_ELEMENTS;
 using simd::PARALLEL_MIN_ELEMENTS;
 
-constexpr uint64_t WEYL_STEP = 0x9e3779b97f4a7c15ull;
-constexpr uint64_t MIX_MUL_1 = 0xbf58476d1ce4e5b9ull;
-constexpr uint64_t MIX_MUL_2 = 0x94d049bb133111ebull;
+constexpr uint32_t WEYL_STEP = 0x9e3779b9u;
+constexpr uint32_t HASH_MUL_1 = 0x7feb352du;
+constexpr uint32_t HASH_MUL_2 = 0x846ca68bu;
 
 uint64_t mix64(uint64_t z) {  // the splitmix64 finalizer, as in ref/quantize_ref.cpp
-  z = (z ^ (z >> 30)) * MIX_MUL_1;
-  z = (z ^ (z >> 27)) * MIX_MUL_2;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
   return z ^ (z >> 31);
 }
 
-// The splitmix64 states of the element quads j = quad .. quad + lanes - 1: mix64(seed) + (j + 1) * step.
-void initial_states(uint64_t seed, uint64_t quad, int lanes, uint64_t* out) {
-  const uint64_t key = mix64(seed);
-  for (int l = 0; l < lanes; ++l) out[l] = key + (quad + static_cast<uint64_t>(l) + 1) * WEYL_STEP;
-}
+// The noise of a tensor (ref/quantize_ref.cpp): the Weyl states of the element pairs j = pair ..
+// pair + lanes - 1, uint32(key) + (j + 1) * step, and the word each is xored with before hashing.
+struct NoiseStates {
+  alignas(64) uint32_t state[16];
+  uint32_t key_hi;
+  NoiseStates(uint64_t seed, uint64_t pair, int lanes) {
+    const uint64_t key = mix64(seed);
+    for (int l = 0; l < lanes; ++l)
+      state[l] = static_cast<uint32_t>(key) + static_cast<uint32_t>(pair + static_cast<uint64_t>(l) + 1) * WEYL_STEP;
+    key_hi = static_cast<uint32_t>(key >> 32);
+  }
+};
 
 // One element the reference's way (ref/quantize_ref.cpp): the lead-in of a span whose first
-// index is not divisible by 4.
+// index is odd.
 int8_t quantize_stochastic_one(float x, float inv, uint64_t seed, uint64_t index) {
   const float y = std::floor(std::fma(x, inv, stochastic_uniform(seed, index)));
   if (std::isnan(y)) return 0;
@@ -56,18 +63,16 @@ int8_t quantize_stochastic_one(float x, float inv, uint64_t seed, uint64_t index
 
 // ---- AVX-512 ------------------------------------------------------------------------------
 
-QSYNC_TARGET_AVX512 inline __m512i mix64_avx512(__m512i z) {
-  z = _mm512_mullo_epi64(_mm512_xor_si512(z, _mm512_srli_epi64(z, 30)),
-                         _mm512_set1_epi64(MIX_MUL_1));
-  z = _mm512_mullo_epi64(_mm512_xor_si512(z, _mm512_srli_epi64(z, 27)),
-                         _mm512_set1_epi64(MIX_MUL_2));
-  return _mm512_xor_si512(z, _mm512_srli_epi64(z, 31));
+QSYNC_TARGET_AVX512 inline __m512i lowbias32_avx512(__m512i x) {
+  x = _mm512_mullo_epi32(_mm512_xor_si512(x, _mm512_srli_epi32(x, 16)), _mm512_set1_epi32(int(HASH_MUL_1)));
+  x = _mm512_mullo_epi32(_mm512_xor_si512(x, _mm512_srli_epi32(x, 15)), _mm512_set1_epi32(int(HASH_MUL_2)));
+  return _mm512_xor_si512(x, _mm512_srli_epi32(x, 16));
 }
 
-// u for 32 consecutive elements from the states of their 8 quads: the outputs' 16-bit words in
-// index order (element 4j + k takes bits 16k .. 16k + 15 of output j), elements 0-15 in lo.
-QSYNC_TARGET_AVX512 inline void noise_avx512(__m512i s, __m512& lo, __m512& hi) {
-  const __m512i z = mix64_avx512(s);
+// u for 32 consecutive elements from the states of their 16 pairs: the hashes' 16-bit words in
+// index order (element 2j + k takes bits 16k .. 16k + 15 of hash j), elements 0-15 in lo.
+QSYNC_TARGET_AVX512 inline void noise_avx512(__m512i s, __m512i key_hi, __m512& lo, __m512& hi) {
+  const __m512i z = lowbias32_avx512(_mm512_xor_si512(s, key_hi));
   const __m512 unit = _mm512_set1_ps(0x1p-16f);
   lo = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepu16_epi32(_mm512_castsi512_si256(z))), unit);
   hi = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64(z, 1))), unit);
@@ -100,16 +105,18 @@ QSYNC_TARGET_AVX512 void quantize_avx512(const float* x, const uint8_t* mask, in
     }
     return;
   }
-  for (; n > 0 && (first & 3) != 0; --n, ++x)
+  if (n > 0 && (first & 1) != 0) {
     *q++ = quantize_stochastic_one(mask == nullptr || *mask++ != 0 ? *x : 0.0f, inv, seed, first++);
-  alignas(64) uint64_t st[8];
-  initial_states(seed, first / 4, 8, st);
-  __m512i s = _mm512_load_si512(st);
-  const __m512i step = _mm512_set1_epi64(static_cast<long long>(8 * WEYL_STEP));
+    --n, ++x;
+  }
+  const NoiseStates states(seed, first / 2, 16);
+  __m512i s = _mm512_load_si512(states.state);
+  const __m512i key_hi = _mm512_set1_epi32(int(states.key_hi));
+  const __m512i step = _mm512_set1_epi32(int(16 * WEYL_STEP));
   for (int64_t i = 0; i < n; i += 32) {
     __m512 u[2];
-    noise_avx512(s, u[0], u[1]);
-    s = _mm512_add_epi64(s, step);
+    noise_avx512(s, key_hi, u[0], u[1]);
+    s = _mm512_add_epi32(s, step);
     for (int h = 0; h < 2 && i + 16 * h < n; ++h) {
       const int64_t b = i + 16 * h;
       const __mmask16 k = tail_mask16(n - b);
@@ -148,26 +155,16 @@ QSYNC_TARGET_AVX512 float amax_avx512(const float* x, const uint8_t* mask, int64
 
 // ---- AVX2 ---------------------------------------------------------------------------------
 
-// 64 x 64 -> low 64 bits multiply by a constant c = cH 2^32 + cL: aL cL (one 32 x 32 -> 64
-// product) plus (aH cL + aL cH mod 2^32) 2^32, both cross terms from one 32-bit multiply.
-QSYNC_TARGET_AVX2 inline __m256i mullo64_avx2(__m256i a, uint64_t c) {
-  const __m256i c_lo = _mm256_set1_epi64x(static_cast<long long>(c & 0xffffffffull));
-  const __m256i c_swapped = _mm256_set1_epi64x(static_cast<long long>((c << 32) | (c >> 32)));  // [cH, cL]
-  const __m256i cross = _mm256_mullo_epi32(a, c_swapped);  // 32-bit words [aL cH, aH cL]
-  const __m256i cross_sum = _mm256_add_epi32(cross, _mm256_srli_epi64(cross, 32));  // low word: their sum
-  return _mm256_add_epi64(_mm256_mul_epu32(a, c_lo), _mm256_slli_epi64(cross_sum, 32));
+QSYNC_TARGET_AVX2 inline __m256i lowbias32_avx2(__m256i x) {
+  x = _mm256_mullo_epi32(_mm256_xor_si256(x, _mm256_srli_epi32(x, 16)), _mm256_set1_epi32(int(HASH_MUL_1)));
+  x = _mm256_mullo_epi32(_mm256_xor_si256(x, _mm256_srli_epi32(x, 15)), _mm256_set1_epi32(int(HASH_MUL_2)));
+  return _mm256_xor_si256(x, _mm256_srli_epi32(x, 16));
 }
 
-QSYNC_TARGET_AVX2 inline __m256i mix64_avx2(__m256i z) {  // the splitmix64 finalizer
-  z = mullo64_avx2(_mm256_xor_si256(z, _mm256_srli_epi64(z, 30)), MIX_MUL_1);
-  z = mullo64_avx2(_mm256_xor_si256(z, _mm256_srli_epi64(z, 27)), MIX_MUL_2);
-  return _mm256_xor_si256(z, _mm256_srli_epi64(z, 31));
-}
-
-// u for 16 consecutive elements from the states of their 4 quads: the outputs' 16-bit words in
-// index order (element 4j + k takes bits 16k .. 16k + 15 of output j), elements 0-7 in lo.
-QSYNC_TARGET_AVX2 inline void noise_avx2(__m256i s, __m256& lo, __m256& hi) {
-  const __m256i z = mix64_avx2(s);
+// u for 16 consecutive elements from the states of their 8 pairs: the hashes' 16-bit words in
+// index order (element 2j + k takes bits 16k .. 16k + 15 of hash j), elements 0-7 in lo.
+QSYNC_TARGET_AVX2 inline void noise_avx2(__m256i s, __m256i key_hi, __m256& lo, __m256& hi) {
+  const __m256i z = lowbias32_avx2(_mm256_xor_si256(s, key_hi));
   const __m256 unit = _mm256_set1_ps(0x1p-16f);
   lo = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu16_epi32(_mm256_castsi256_si128(z))), unit);
   hi = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu16_epi32(_mm256_extracti128_si256(z, 1))), unit);
@@ -196,21 +193,22 @@ QSYNC_TARGET_AVX2 void quantize_avx2(const float* x, const uint8_t* mask, int8_t
                                      uint64_t seed, uint64_t first) {
   const __m256 vinv = _mm256_set1_ps(inv);
   const bool stochastic = r == Rounding::STOCHASTIC;
-  if (stochastic)
-    for (; n > 0 && (first & 3) != 0; --n, ++x)
-      *q++ = quantize_stochastic_one(mask == nullptr || *mask++ != 0 ? *x : 0.0f, inv, seed, first++);
-  alignas(32) uint64_t st[4];
-  initial_states(seed, first / 4, 4, st);
-  __m256i s = _mm256_load_si256(reinterpret_cast<const __m256i*>(st));
-  const __m256i step = _mm256_set1_epi64x(static_cast<long long>(4 * WEYL_STEP));
+  if (stochastic && n > 0 && (first & 1) != 0) {
+    *q++ = quantize_stochastic_one(mask == nullptr || *mask++ != 0 ? *x : 0.0f, inv, seed, first++);
+    --n, ++x;
+  }
+  const NoiseStates states(seed, first / 2, 8);
+  __m256i s = _mm256_load_si256(reinterpret_cast<const __m256i*>(states.state));
+  const __m256i key_hi = _mm256_set1_epi32(int(states.key_hi));
+  const __m256i step = _mm256_set1_epi32(int(8 * WEYL_STEP));
   // 16 elements: two blocks of 8, stored as one 16-byte vector.
   auto block16 = [&](const float* xb, const uint8_t* mb) QSYNC_TARGET_AVX2 {
     const __m256 v0 = load_masked_avx2(xb, mb), v1 = load_masked_avx2(xb + 8, mb != nullptr ? mb + 8 : nullptr);
     __m256 y0, y1;
     if (stochastic) {
       __m256 u0, u1;
-      noise_avx2(s, u0, u1);
-      s = _mm256_add_epi64(s, step);
+      noise_avx2(s, key_hi, u0, u1);
+      s = _mm256_add_epi32(s, step);
       y0 = _mm256_round_ps(_mm256_fmadd_ps(v0, vinv, u0), _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
       y1 = _mm256_round_ps(_mm256_fmadd_ps(v1, vinv, u1), _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
     } else {

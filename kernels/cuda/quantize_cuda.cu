@@ -111,17 +111,23 @@ __global__ void amax_rows_kernel(const float* x, int64_t rows, int64_t cols, flo
 // INT8 (quantize_ref.cpp semantics):
 //   inv = 1 / scale; NEAREST_EVEN: rint(x * inv); STOCHASTIC: floor(fma(x, inv, u));
 //   NaN -> 0; clamp to [-127, 127].
-// The noise is qsync::stochastic_uniform of kernels/ref/quantize_ref.cpp, the same 64-bit
-// integer arithmetic: key = mix64(seed), z = mix64(key + (i / 4 + 1) * golden), u = 2^-16 times
-// bits 16 (i % 4) .. 16 (i % 4) + 15 of z.
+// The noise is qsync::stochastic_uniform of kernels/ref/quantize_ref.cpp, the same integer
+// arithmetic: key = mix64(seed), z = lowbias32((uint32(key) + uint32(i / 2 + 1) * golden) ^
+// uint32(key >> 32)), u = 2^-16 times bits 16 (i % 2) .. 16 (i % 2) + 15 of z.
 QSYNC_HD uint64_t mix64(uint64_t z) {
   z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
   z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
   return z ^ (z >> 31);
 }
+QSYNC_HD uint32_t lowbias32(uint32_t x) {
+  x = (x ^ (x >> 16)) * 0x7feb352du;
+  x = (x ^ (x >> 15)) * 0x846ca68bu;
+  return x ^ (x >> 16);
+}
 QSYNC_HD float stochastic_uniform_hd(uint64_t seed, uint64_t index) {
-  const uint64_t z = mix64(mix64(seed) + (index / 4 + 1) * 0x9e3779b97f4a7c15ull);
-  return float((z >> (16 * (index % 4))) & 0xffffull) * 0x1p-16f;  // < 2^16: exact
+  const uint64_t key = mix64(seed);
+  const uint32_t z = lowbias32((uint32_t(key) + uint32_t(index / 2 + 1) * 0x9e3779b9u) ^ uint32_t(key >> 32));
+  return float((z >> (16 * (index % 2))) & 0xffffu) * 0x1p-16f;  // < 2^16: exact
 }
 
 __device__ int8_t quantize_one(float x, float scale, Rounding r, uint64_t seed, uint64_t index) {

@@ -55,6 +55,14 @@ uint64_t mix64(uint64_t z) {
   return z ^ (z >> 31);
 }
 
+// lowbias32 (C. Wellons' "hash prospector", 2018): a bijection on 32-bit words, among the
+// lowest-bias (best avalanche) integer hashes of two multiplies found by its search.
+uint32_t lowbias32(uint32_t x) {
+  x = (x ^ (x >> 16)) * 0x7feb352du;
+  x = (x ^ (x >> 15)) * 0x846ca68bu;
+  return x ^ (x >> 16);
+}
+
 }  // namespace
 
 float amax_ref(const float* x, int64_t n) { return abs_max_scan(x, n); }
@@ -65,21 +73,25 @@ void amax_rows_ref(const float* x, int64_t rows, int64_t cols, float* out) {
 
 float int8_scale_from_amax(float amax) { return amax == 0.0f ? 1.0f : amax / 127.0f; }
 
-// u(seed, i) is one 16-bit field of output j = i / 4 of the splitmix64 stream whose state starts
-// at mix64(seed): each 64-bit output serves four consecutive elements.
-//   key   = mix64(seed)
-//   state = key + (j + 1) * 0x9e3779b97f4a7c15        (mod 2^64; the golden-ratio Weyl step)
-//   z     = mix64(state)
-//   bits  = (z >> (16 * (i % 4))) & 0xffff             (element 4j + k: bits 16k .. 16k + 15)
-//   u     = bits * 2^-16                                (exact in FP32; u in [0, 1 - 2^-16])
+// u(seed, i) is one 16-bit half of a 32-bit hash of the element pair j = i / 2, keyed by the
+// tensor's mix64(seed): each hash serves two consecutive elements.
+//   key   = mix64(seed)                                  (64 bits, once per tensor)
+//   state = uint32(key) + uint32(j + 1) * 0x9e3779b9     (mod 2^32; the golden-ratio Weyl step)
+//   z     = lowbias32(state ^ uint32(key >> 32))
+//   bits  = (z >> (16 * (i % 2))) & 0xffff              (element 2j + k: bits 16k .. 16k + 15)
+//   u     = bits * 2^-16                                 (exact in FP32; u in [0, 1 - 2^-16])
 // 16 bits of noise keep the rounding unbiased to within 2^-16 of one quantization step (a value
-// below 2^-16 steps from the grid point under it always rounds down), and the 64-bit hashing,
-// the cost of stochastic rounding, is shared by four elements.
-// Pure 64-bit unsigned integer arithmetic (wrapping multiply, xor, shift) until the last step,
-// so any language or device reproduces it bit for bit. Golden values are in quantize_test.cpp.
+// below 2^-16 steps from the grid point under it always rounds down). The hash, the cost of
+// stochastic rounding, is 32-bit so that AVX2 computes it natively (eight lanes, two multiplies;
+// it has no 64-bit multiply) and shared by two elements. j + 1 wraps at 2^32: within one tensor
+// the noise repeats after 2^33 elements (34 GB of FP32), beyond any tensor we cast.
+// Pure unsigned integer arithmetic (wrapping multiply, add, xor, shift) until the last step, so
+// any language or device reproduces it bit for bit. Golden values are in quantize_test.cpp.
 float stochastic_uniform(uint64_t seed, uint64_t index) {
-  const uint64_t z = mix64(mix64(seed) + (index / 4 + 1) * 0x9e3779b97f4a7c15ull);
-  return static_cast<float>((z >> (16 * (index % 4))) & 0xffffull) * 0x1p-16f;
+  const uint64_t key = mix64(seed);
+  const uint32_t state = static_cast<uint32_t>(key) + static_cast<uint32_t>(index / 2 + 1) * 0x9e3779b9u;
+  const uint32_t z = lowbias32(state ^ static_cast<uint32_t>(key >> 32));
+  return static_cast<float>((z >> (16 * (index % 2))) & 0xffffu) * 0x1p-16f;
 }
 
 void quantize_int8_ref(const float* x, int8_t* q, int64_t n, float scale, Rounding r,

@@ -103,17 +103,17 @@ TEST(QuantizeRef, NearestEvenTiesAndSaturation) {
 // Golden values computed independently (Python, arbitrary-precision integers) from the
 // definition in ref/quantize_ref.cpp; the CUDA implementation must reproduce them too.
 TEST(QuantizeRef, StochasticUniformGoldenValues) {
-  // The four 16-bit words of the first output of seed 0, low to high (its top 24 bits are
-  // 0xe220a8, splitmix64's first output from mix64(0) + golden).
-  EXPECT_EQ(stochastic_uniform(0, 0), 52655 * 0x1p-16f);
-  EXPECT_EQ(stochastic_uniform(0, 1), 31517 * 0x1p-16f);
-  EXPECT_EQ(stochastic_uniform(0, 2), 43065 * 0x1p-16f);
-  EXPECT_EQ(stochastic_uniform(0, 3), 57888 * 0x1p-16f);
-  EXPECT_EQ(stochastic_uniform(1, 0), 55154 * 0x1p-16f);
-  EXPECT_EQ(stochastic_uniform(7, 6), 64466 * 0x1p-16f);
-  EXPECT_EQ(stochastic_uniform(42, 1000), 60469 * 0x1p-16f);
-  EXPECT_EQ(stochastic_uniform(0xdeadbeefcafef00dull, 123456789012ull), 53083 * 0x1p-16f);
-  EXPECT_EQ(stochastic_uniform(~0ull, ~0ull), 62481 * 0x1p-16f);
+  // The two 16-bit halves of the first two hashes of seed 0, low then high (mix64(0) is 0, so
+  // these are lowbias32(0x9e3779b9) = 0x01fce552 and lowbias32(2 * 0x9e3779b9 mod 2^32) = 0x04f8d29e).
+  EXPECT_EQ(stochastic_uniform(0, 0), 58706 * 0x1p-16f);
+  EXPECT_EQ(stochastic_uniform(0, 1), 508 * 0x1p-16f);
+  EXPECT_EQ(stochastic_uniform(0, 2), 53918 * 0x1p-16f);
+  EXPECT_EQ(stochastic_uniform(0, 3), 1272 * 0x1p-16f);
+  EXPECT_EQ(stochastic_uniform(1, 0), 59783 * 0x1p-16f);
+  EXPECT_EQ(stochastic_uniform(7, 6), 35119 * 0x1p-16f);
+  EXPECT_EQ(stochastic_uniform(42, 1000), 36162 * 0x1p-16f);
+  EXPECT_EQ(stochastic_uniform(0xdeadbeefcafef00dull, 123456789012ull), 35840 * 0x1p-16f);
+  EXPECT_EQ(stochastic_uniform(~0ull, ~0ull), 13829 * 0x1p-16f);
 }
 
 TEST(QuantizeRef, StochasticUniformIsUniform) {
@@ -130,6 +130,24 @@ TEST(QuantizeRef, StochasticUniformIsUniform) {
     sum += u;
   }
   EXPECT_NEAR(sum / n, 0.5, 5.0 * std::sqrt(1.0 / (12.0 * n)));
+}
+
+TEST(QuantizeRef, StochasticUniformNeighboursUncorrelated) {
+  // Two halves of one hash (lag 1), neighbouring hashes (lag 2, 3) and the hashes one AVX2 or
+  // AVX-512 block apart (lag 16, 32): the sample correlation of n pairs of independent uniforms
+  // has standard error 1 / sqrt(n); 5 of them fail a correct generator with probability < 1e-6.
+  const int n = 1 << 20;
+  for (const int lag : {1, 2, 3, 16, 32}) {
+    double sx = 0.0, sy = 0.0, sxy = 0.0, sxx = 0.0, syy = 0.0;
+    for (int i = 0; i < n; ++i) {
+      const double x = stochastic_uniform(99, static_cast<uint64_t>(i));
+      const double y = stochastic_uniform(99, static_cast<uint64_t>(i + lag));
+      sx += x, sy += y, sxy += x * y, sxx += x * x, syy += y * y;
+    }
+    const double cov = sxy / n - (sx / n) * (sy / n);
+    const double r = cov / std::sqrt((sxx / n - (sx / n) * (sx / n)) * (syy / n - (sy / n) * (sy / n)));
+    EXPECT_LT(std::fabs(r), 5.0 / std::sqrt(double(n))) << "lag " << lag;
+  }
 }
 
 TEST(Quantize, RoundTripErrorBounds) {
