@@ -18,6 +18,7 @@
 #include "kernels/device_class.h"
 #include "planner/replayer.h"
 #include "worker/data/batch_loader.h"
+#include "worker/layers/conv2d.h"
 #include "worker/dist/collectives.h"
 #include "worker/dist/gradient_sync.h"
 #include "worker/dist/rendezvous.h"
@@ -120,7 +121,33 @@ struct PrecisionRun {
   std::map<std::string, int64_t> saved;
   std::vector<double> optimizer_seconds;
   bool made_int8_rows = false;  // the optimizer made the forwards' INT8 weight copies
+  std::map<std::string, std::string> pooled_by;  // a pooling layer -> the convolution that ran it
 };
+
+// Records which convolutions ran the pooling after them in their output pass this forward.
+void record_fused_pools(Model& model, PrecisionRun& run) {
+  model.visit_layers([&run](Layer& l) {
+    const auto* conv = dynamic_cast<const Conv2dLayer*>(&l);
+    if (conv != nullptr && conv->fused_pool() != nullptr && conv->fused_pool()->last_pooled_by_previous_layer())
+      run.pooled_by[conv->fused_pool()->name()] = conv->name();
+  });
+}
+
+// A pooling its convolution ran (Conv2dLayer::fuse_pool) takes no time of its own in that
+// precision's run, but the replay costs the pooling layer from the FP32 run, where it ran alone:
+// the convolution's forward is charged the pooling's own time less, so that the two add up.
+void charge_fused_pools_to_layers(DeviceProfile& p, const std::vector<PrecisionRun>& runs) {
+  const PrecisionRun* fp32 = nullptr;
+  for (const PrecisionRun& run : runs)
+    if (run.mode == LayerPrecision::FP32) fp32 = &run;
+  for (const PrecisionRun& run : runs)
+    for (const auto& [pool, conv] : run.pooled_by) {
+      if (fp32 == nullptr || fp32->pooled_by.count(pool) != 0) continue;  // alone in no run to compare with
+      const double alone = fp32->timer.center(pool + ".forward") - run.timer.center(pool + ".forward");
+      double& forward = p.gemm_layers[conv][run.mode].forward_seconds;
+      forward = std::max(0.0, forward - alone);
+    }
+}
 
 // The optimizer's own cost is what it takes where it makes no INT8 weight copies (the FP32 run).
 // Where a run's optimizer made its layers' copies (Parameter::int8_rows), what that added is the
@@ -258,7 +285,7 @@ DeviceProfile profile_run(const ProfileConfig& c) {
       continue;
     }
     if (level == SupportLevel::EMULATED) emulated += std::string(emulated.empty() ? "" : ", ") + t.name;
-    runs.push_back({t.mode, OpStepSamples(center), {}, {}, false});
+    runs.push_back({t.mode, OpStepSamples(center), {}, {}, false, {}});
   }
   std::unique_ptr<GradientSync> sync;
   size_t turns = runs.size();  // precision turns per round: in a world, the most any rank has
@@ -314,7 +341,10 @@ DeviceProfile profile_run(const ProfileConfig& c) {
       memory.reset_peak();
       for (int64_t s = 0; s <= c.steps; ++s) {  // s == 0: warm-up, discarded
         step_runner.after_forward = [&, s] {
-          if (round == 0 && s == 1) model.visit_layers([&run](Layer& l) { run.saved[l.name()] = l.saved_bytes(); });
+          if (round == 0 && s == 1) {
+            model.visit_layers([&run](Layer& l) { run.saved[l.name()] = l.saved_bytes(); });
+            record_fused_pools(model, run);
+          }
         };
         StepOutcome out;
         const double whole = run_step(out);
@@ -363,6 +393,7 @@ DeviceProfile profile_run(const ProfileConfig& c) {
       p.other_layers[l->name] = cost;
     }
   }
+  charge_fused_pools_to_layers(p, runs);
   profile_fit_casts(p, ctx);
   p.optimizer_seconds = center_of(optimizer_seconds, center);
   charge_int8_copies_to_layers(p, desc, model, runs, center);

@@ -82,7 +82,8 @@ Int8Output int8_output_of(const ConvOnednnCall& call) {
   const ConvOnednnShape& s = call.shape;
   const float halve = int8_weights_doubled(call.type) ? 0.5f : 1.0f;
   if (call.op == ConvOnednnOp::FORWARD)
-    return {s.n, s.o, s.oh * s.ow, call.x_scale * halve, call.w_scales, call.bias, call.relu, call.relu_mask};
+    return {s.n,      s.o,       s.oh * s.ow,    call.x_scale * halve, call.w_scales, call.bias,
+            call.relu, call.relu_mask, call.pool ? s.ow : 0, call.pool_argmax};
   return {s.n, s.c, s.h * s.w, call.dy_scale * call.w_scales[0] * halve, nullptr, nullptr};
 }
 
@@ -150,11 +151,14 @@ void run_call(const ConvOnednnCall& call, const memory* prepared_dy) {
   const size_t scratch_bytes = p.scratch.get_size();
   if (scratch_bytes > 0) args.emplace(DNNL_ARG_SCRATCHPAD, memory(p.scratch, eng, thread_buffer(SCRATCH).get(scratch_bytes)));
   p.prim.execute(stream, args);
-  if (int8 && p.out_nhwc) {  // one pass: NHWC -> NCHW with the scales and the bias
+  if (int8 && p.out_nhwc) {  // one pass: NHWC -> NCHW with the scales and the bias (and the pooling)
     stream.wait();
-    int8_nhwc_to_nchw(static_cast<const float*>(out_prim.get_data_handle()), int8_output_of(call), out);
+    const auto* sums = static_cast<const float*>(out_prim.get_data_handle());
+    if (call.pool) int8_nhwc_to_nchw_pooled(sums, int8_output_of(call), out);
+    else int8_nhwc_to_nchw(sums, int8_output_of(call), out);
     return;
   }
+  if (call.pool) throw std::logic_error("conv_onednn_run: pooling asked of a call whose sums are not NHWC");
   if (p.out_reordered) run_reorder(p.out_reorder, stream, out_prim, out_user);
   stream.wait();
   if (accumulate) {
@@ -186,13 +190,15 @@ struct SampleRuns {
 // sample's input (s8) and output (FP32) sizes.
 void run_sample_runs(const ConvOnednnCall& call, const SampleRuns& runs, int64_t in_bytes, int64_t out_floats) {
   const bool forward = call.op == ConvOnednnOp::FORWARD;
+  const int64_t written = call.pool ? call.shape.o * (call.shape.oh / 2) * (call.shape.ow / 2) : out_floats;
   for (int64_t i = 0; i < runs.pieces; ++i) {
     const int64_t s0 = runs.begin(i);
     ConvOnednnCall c = call;
     c.shape.n = runs.size(i);
     (forward ? c.x : c.dy) = static_cast<const int8_t*>(forward ? call.x : call.dy) + s0 * in_bytes;
-    c.out = call.out + s0 * out_floats;
+    c.out = call.out + s0 * written;
     if (call.relu_mask != nullptr) c.relu_mask = call.relu_mask + s0 * out_floats;
+    if (call.pool_argmax != nullptr) c.pool_argmax = call.pool_argmax + s0 * written;
     run_call(c, nullptr);
   }
 }
@@ -201,10 +207,10 @@ void run_sample_runs(const ConvOnednnCall& call, const SampleRuns& runs, int64_t
 // primitive a team's thread will build; checked under the team's count, the check would build a
 // primitive that never runs).
 bool supported_per_thread(const ConvOnednnCall& c, int threads) {
-  if (threads == 1) return conv_onednn_supports(c);
+  if (threads == 1) return c.pool ? conv_onednn_pools(c) : conv_onednn_supports(c);
   const int team = omp_get_max_threads();
   omp_set_num_threads(1);
-  const bool supported = conv_onednn_supports(c);
+  const bool supported = c.pool ? conv_onednn_pools(c) : conv_onednn_supports(c);
   omp_set_num_threads(team);
   return supported;
 }
@@ -245,8 +251,16 @@ void run_int8_in_chunks(const ConvOnednnCall& whole) {
 
 }  // namespace
 
+bool conv_onednn_pools(const ConvOnednnCall& call) {
+  return call.op == ConvOnednnOp::FORWARD && call.type == Precision::INT8 && call.shape.oh >= 2 &&
+         call.shape.ow >= 2 && conv_onednn_supports(call) && cached_primitive(call).out_nhwc;
+}
+
 void conv_onednn_run(const ConvOnednnCall& call) {
   check_supported(call);
+  if (call.pool && !conv_onednn_pools(call))
+    throw std::logic_error("conv_onednn_run: this call cannot pool in its output pass; check conv_onednn_pools "
+                           "first and pool the written output instead");
   if (call.type == Precision::INT8) return run_int8_in_chunks(call);
   run_call(call, nullptr);
 }

@@ -58,12 +58,21 @@ struct ConvOnednnCall {
   // (N, O, OH, OW), 1 where out > 0, else 0, when relu_mask is set.
   bool relu = false;
   uint8_t* relu_mask = nullptr;
+  // INT8 FORWARD (conv_onednn_pools): a 2x2 / stride-2 max pooling of the outputs in the same pass,
+  // which are not written: out is the pooled (N, O, OH / 2, OW / 2), pool_argmax (the same shape,
+  // or nullptr) each window's winning index in its (OH, OW) plane; relu_mask stays (N, O, OH, OW).
+  bool pool = false;
+  int32_t* pool_argmax = nullptr;
 };
 
 // Whether oneDNN runs this call (shape, op, type) with a JIT kernel under the active ISA cap
 // (not its reference kernel, and within the exactness rules above).
 bool conv_onednn_supports(const ConvOnednnCall& call);
-// Runs it; throws std::logic_error when conv_onednn_supports(call) is false.
+// Whether it runs the call (an INT8 FORWARD) with `pool` set: with oneDNN's sums in NHWC, which
+// the output pass reads position by position, and an output of at least 2 x 2.
+bool conv_onednn_pools(const ConvOnednnCall& call);
+// Runs it; throws std::logic_error when conv_onednn_supports(call) is false (or, with `pool`,
+// conv_onednn_pools).
 void conv_onednn_run(const ConvOnednnCall& call);
 // Both backward convolutions of one dy (BACKWARD_DATA and BACKWARD_WEIGHTS, same dy pointer):
 // dy is reordered into oneDNN's layout once when both want the same one.

@@ -113,6 +113,53 @@ void check_relu_epilogue(ConvOnednnCall c, const std::vector<double>& y_ref) {
   }
 }
 
+// The forward `c` again pooling its outputs over 2x2 windows at stride 2 (conv_onednn_pools), with
+// and without the ReLU, its mask and the argmax: the pooled outputs, argmax and mask are those of
+// the written outputs (y_ref, or its ReLU) pooled by plain loops, ties (the ReLU's zeros) going to
+// the window's first cell in row-major order.
+void check_pooled_epilogue(ConvOnednnCall c, const std::vector<double>& y_ref) {
+  const ConvOnednnShape& s = c.shape;
+  const int64_t hw = s.oh * s.ow, ph = s.oh / 2, pw = s.ow / 2, pooled = s.n * s.o * ph * pw;
+  for (const bool relu : {true, false}) {
+    std::vector<double> want(size_t(pooled), 0.0);
+    std::vector<int32_t> want_index(size_t(pooled), -1);
+    for (int64_t plane = 0; plane < s.n * s.o; ++plane)
+      for (int64_t i = 0; i < ph * pw; ++i) {
+        const int64_t first = 2 * (i / pw) * s.ow + 2 * (i % pw);
+        double best = 0;
+        int32_t best_index = -1;
+        for (const int64_t p : {first, first + 1, first + s.ow, first + s.ow + 1}) {
+          const double v = relu ? std::max(y_ref[size_t(plane * hw + p)], 0.0) : y_ref[size_t(plane * hw + p)];
+          if (best_index < 0 || v > best) best = v, best_index = int32_t(p);
+        }
+        want[size_t(plane * ph * pw + i)] = best;
+        want_index[size_t(plane * ph * pw + i)] = best_index;
+      }
+    std::vector<float> y(static_cast<size_t>(pooled));
+    std::vector<int32_t> argmax(static_cast<size_t>(pooled));
+    std::vector<uint8_t> mask(y_ref.size());
+    c.relu = relu;
+    c.pool = true;
+    c.out = y.data();
+    for (const bool outputs : {true, false}) {  // training (mask and argmax), evaluation (neither)
+      std::fill(y.begin(), y.end(), -3.0f);
+      std::fill(argmax.begin(), argmax.end(), -5);
+      std::fill(mask.begin(), mask.end(), uint8_t(7));
+      c.relu_mask = relu && outputs ? mask.data() : nullptr;
+      c.pool_argmax = outputs ? argmax.data() : nullptr;
+      conv_onednn_run(c);
+      for (size_t i = 0; i < y.size(); ++i) {
+        ASSERT_EQ(double(y[i]), want[i]) << "pooled y at " << i << (relu ? " (relu)" : "");
+        if (outputs) {
+          ASSERT_EQ(argmax[i], want_index[i]) << "argmax at " << i << (relu ? " (relu)" : "");
+        }
+      }
+      for (size_t i = 0; i < mask.size(); ++i)  // every output's mask, pooled or not (an odd last row or column)
+        ASSERT_EQ(mask[i], c.relu_mask == nullptr ? 7 : y_ref[i] > 0.0 ? 1 : 0) << "mask at " << i;
+    }
+  }
+}
+
 // Runs the three ops in `type` (FP32 or BF16) on one geometry and checks them exactly.
 void check_float_type(const Geometry& g, Precision type) {
   testing::activate_test_device_class();
@@ -236,6 +283,14 @@ void check_int8(const Geometry& g) {
   conv_onednn_run(c);
   expect_equal(y, y_ref, "int8 y");
   check_relu_epilogue(c, y_ref);
+  if (conv_onednn_pools(c)) {
+    check_pooled_epilogue(c, y_ref);
+  } else {  // the zoo CNN's layers pool in the output pass
+    EXPECT_TRUE(s.oh < 2 || s.ow < 2 || (g.c != 1 && g.c != 40)) << "no pooling in the output pass, " << conv_onednn_impl(c);
+    c.pool = true;
+    EXPECT_THROW(conv_onednn_run(c), std::logic_error);
+    c.pool = false;
+  }
   ConvOnednnCall data;
   data.op = ConvOnednnOp::BACKWARD_DATA;
   data.shape = s;

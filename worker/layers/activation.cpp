@@ -26,12 +26,14 @@ ReluLayer::ReluLayer(const LayerDesc& d, MemoryAccount* memory) : Layer(d) {
 }
 
 Tensor ReluLayer::forward(const Tensor& x, StepContext& ctx) {
-  check_batched(x, desc_.in_shape, name(), "input");
-  if (applied_by_previous_layer_) {  // x is rectified; the previous layer handed over the mask
-    if (ctx.training && (!mask_.defined() || mask_.shape() != x.shape()))
+  if (applied_by_previous_layer_) {  // x is rectified (and maybe pooled); the previous layer handed over the mask
+    const int64_t B = x.dim(0);
+    if (!output_pooled_) check_batched(x, desc_.in_shape, name(), "input");
+    if (ctx.training && (!mask_.defined() || mask_.shape() != batched_shape(B, desc_.in_shape)))
       throw std::logic_error("layer '" + name() + "': applied by the previous layer, which handed over no mask");
     return x;
   }
+  check_batched(x, desc_.in_shape, name(), "input");
   DeviceOps& ops = ops_of(ctx);
   Tensor y = ops.empty(x.shape(), Precision::FP32, ctx.memory, name() + ".out");  // (B, N...)
   mask_ = Tensor();

@@ -24,9 +24,12 @@ class ReluLayer : public Layer {
   void set_applied_by_previous_layer() { applied_by_previous_layer_ = true; }
   bool applied_by_previous_layer() const { return applied_by_previous_layer_; }
   bool backward_deferred(const StepContext& ctx) const { return defer_backward_ && ctx.observer == nullptr; }
-  void take_mask(Tensor mask, bool defer_backward = false) {
+  // output_pooled: the layer before also ran the max pooling after this ReLU (Conv2dLayer::
+  // fuse_pool), so the next forward's input is that pooling's output.
+  void take_mask(Tensor mask, bool defer_backward = false, bool output_pooled = false) {
     mask_ = std::move(mask);
     defer_backward_ = defer_backward && mask_.defined();
+    output_pooled_ = output_pooled;
   }
   const Tensor& mask() const { return mask_; }  // (B, in_shape...) uint8 0/1
 
@@ -34,6 +37,7 @@ class ReluLayer : public Layer {
   Tensor mask_;  // (B, in_shape...) uint8 0/1, stored as a 1-byte (INT8) tensor
   bool applied_by_previous_layer_ = false;
   bool defer_backward_ = false;
+  bool output_pooled_ = false;
 };
 
 class GeluLayer : public Layer {

@@ -58,6 +58,15 @@ SequentialLayer::SequentialLayer(const LayerDesc& d, MemoryAccount* memory, cons
     auto* relu = dynamic_cast<ReluLayer*>(children_[i].get());
     if (conv != nullptr && relu != nullptr) conv->fuse_relu(*relu);
   }
+  // And a 2x2 / stride-2 max pooling after that ReLU in the same pass, where the device can: the
+  // convolution's full output is then never written nor read back.
+  for (size_t i = 2; i < children_.size(); ++i) {
+    auto* conv = dynamic_cast<Conv2dLayer*>(children_[i - 2].get());
+    auto* relu = dynamic_cast<ReluLayer*>(children_[i - 1].get());
+    auto* pool = dynamic_cast<MaxPool2dLayer*>(children_[i].get());
+    if (conv != nullptr && relu != nullptr && pool != nullptr && relu->applied_by_previous_layer() && pool->pools_2x2())
+      conv->fuse_pool(*pool);
+  }
   if (!children_.empty()) {
     const Shape& first_in = children_.front()->desc().in_shape;
     const Shape& last_out = children_.back()->desc().out_shape;

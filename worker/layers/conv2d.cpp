@@ -44,8 +44,16 @@ void Conv2dLayer::fuse_relu(ReluLayer& relu) {
   relu.set_applied_by_previous_layer();
 }
 
+void Conv2dLayer::fuse_pool(MaxPool2dLayer& pool) {
+  if (fused_relu_ == nullptr || pool.desc().in_shape != desc_.out_shape || !pool.pools_2x2())
+    throw std::logic_error("layer '" + name() + "': cannot run pooling '" + pool.name() +
+                           "' in its output pass: it must be a 2x2 / stride-2 max pooling of this layer's fused ReLU");
+  fused_pool_ = &pool;
+}
+
 // ---------------------------------------------------------------------------------------------
-// forward: y (B, O, H', W') = relu(conv(cast x, cast W) + b), the ReLU when one is fused
+// forward: y (B, O, H', W') = relu(conv(cast x, cast W) + b), the ReLU when one is fused; with
+// the pooling run here too, y (B, O, H'/2, W'/2) its output
 
 Tensor Conv2dLayer::forward(const Tensor& x, StepContext& ctx) {
   DeviceOps& ops = ops_of(ctx);
@@ -53,20 +61,32 @@ Tensor Conv2dLayer::forward(const Tensor& x, StepContext& ctx) {
   if (ctx.observer) ctx.observer->gemm_forward(*this, x, weight_.value);  // the image: see LayerObserver
   const Tensor xc = cast_activation(x, precision_, ctx, name(), OperandRole::B);  // (B, C, H, W)
   const Tensor wc = cast_parameter(weight_, precision_, ctx, name(), OperandRole::A);  // (O, CKK)
-  Tensor y = ops.empty({batch, o_, g_.oh, g_.ow}, Precision::FP32, ctx.memory, name() + " output");
+  const bool pools = fused_pool_ != nullptr && ops.conv2d_forward_pools(xc, wc, g_);
+  const Shape out_shape{batch, o_, g_.oh, g_.ow};
+  Tensor y = pools ? ops.empty({batch, o_, g_.oh / 2, g_.ow / 2}, Precision::FP32, ctx.memory, fused_pool_->name() + ".out")
+                   : ops.empty(out_shape, Precision::FP32, ctx.memory, name() + " output");
   ConvEpilogue epilogue;
   Tensor relu_mask;  // (B, O, H', W') uint8 0/1, the fused ReLU's
+  Tensor argmax;     // (B, O, H'/2, W'/2) int32, the fused pooling's
   if (fused_relu_ != nullptr) {
     epilogue.relu = true;
     if (ctx.training) {
-      relu_mask = ops.empty(y.shape(), Precision::INT8, ctx.memory, fused_relu_->name() + ".mask");
+      relu_mask = ops.empty(out_shape, Precision::INT8, ctx.memory, fused_relu_->name() + ".mask");
       epilogue.relu_mask = &relu_mask;
+    }
+  }
+  if (pools) {
+    epilogue.pool = true;
+    if (ctx.training) {
+      argmax = ops.empty(y.shape(), Precision::FP32, ctx.memory, fused_pool_->name() + ".argmax");
+      epilogue.pool_argmax = &argmax;
     }
   }
   ops.conv2d_forward(xc, wc, bias_.value.defined() ? &bias_.value : nullptr, g_, epilogue, y, ctx, name());
   if (fused_relu_ != nullptr)  // the ReLU's backward deferred to ours where ours reads the mask on the fly
     fused_relu_->take_mask(std::move(relu_mask),
-                           ops.conv_backward_reads_relu_mask() && cast_gradient_reads_relu_mask(precision_, ctx));
+                           ops.conv_backward_reads_relu_mask() && cast_gradient_reads_relu_mask(precision_, ctx), pools);
+  if (fused_pool_ != nullptr) fused_pool_->take_pooled(pools, std::move(argmax));
   if (ctx.training) {
     x_saved_ = xc;
     w_saved_ = wc;

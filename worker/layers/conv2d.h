@@ -5,6 +5,10 @@
 // columns in chunks of samples (worker/ops/cpu/cpu_conv.cpp), on CUDA cuDNN or im2col GEMMs.
 // A ReLU right after the layer can be fused (fuse_relu): applied in the convolution's output
 // pass, its backward deferred to the convolution's where the device reads the mask on the fly.
+// A 2x2 / stride-2 max pooling after that ReLU can be fused too (fuse_pool): where the device
+// pools in the output pass (DeviceOps::conv2d_forward_pools: on the CPU the INT8 convolutions),
+// the forward returns the pooled output and hands the pooling layer its argmax; elsewhere the
+// layers run one after the other. Forward and backward keep their bits either way.
 // The weight is the GEMMs' A operand (O rows): its INT8 scales are per output channel.
 //   x (B, C, H, W) -> y (B, O, H', W');  W (O, C*k*k), b (O) FP32 masters.
 #pragma once
@@ -12,6 +16,7 @@
 #include "planner/layer_precision.h"
 #include "worker/layer.h"
 #include "worker/layers/activation.h"
+#include "worker/layers/pool.h"
 #include "worker/ops/cpu/cpu_kernels.h"  // im2col / col2im_add (calibration measures the im2col norm)
 
 namespace qsync {
@@ -31,6 +36,10 @@ class Conv2dLayer : public Layer {
   // Applies `relu`, the layer right after this one, in this layer's output pass (no pass of its
   // own over the output) and hands it the mask its backward needs.
   void fuse_relu(ReluLayer& relu);
+  // Runs `pool`, the 2x2 / stride-2 max pooling after the fused ReLU, in this layer's output pass
+  // where the device can (the full output then never written), and hands it its argmax.
+  void fuse_pool(MaxPool2dLayer& pool);
+  const MaxPool2dLayer* fused_pool() const { return fused_pool_; }
 
  private:
   ConvGeometry g_;
@@ -40,7 +49,7 @@ class Conv2dLayer : public Layer {
   Tensor x_saved_;  // (B, C, H, W) in the forward precision
   Tensor w_saved_;  // (O, C*k*k) in the forward precision
   ReluLayer* fused_relu_ = nullptr;
-
+  MaxPool2dLayer* fused_pool_ = nullptr;
 };
 
 }  // namespace qsync

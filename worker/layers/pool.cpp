@@ -33,6 +33,14 @@ MaxPool2dLayer::MaxPool2dLayer(const LayerDesc& d, MemoryAccount* memory) : Laye
 }
 
 Tensor MaxPool2dLayer::forward(const Tensor& x, StepContext& ctx) {
+  last_pooled_by_previous_layer_ = pooled_by_previous_layer_;
+  if (pooled_by_previous_layer_) {  // x is this pooling's output (Conv2dLayer::fuse_pool)
+    pooled_by_previous_layer_ = false;
+    const int64_t B = check_batched(x, desc_.out_shape, name(), "input (pooled by the layer before)");
+    if (ctx.training && (!argmax_.defined() || argmax_.dim(0) != B))
+      throw std::logic_error("layer '" + name() + "': pooled by the layer before, which handed over no argmax");
+    return x;
+  }
   const int64_t B = check_batched(x, desc_.in_shape, name(), "input");
   DeviceOps& ops = ops_of(ctx);
   Tensor y = ops.empty({B, C_, Ho_, Wo_}, Precision::FP32, ctx.memory, name() + ".out");  // (B, C, Ho, Wo)

@@ -66,6 +66,7 @@ class CpuOps final : public DeviceOps {
                       const ConvEpilogue& epilogue, Tensor& y, StepContext& ctx, const std::string& layer) override;
   void conv2d_backward(const Conv2dBackward& a, const ConvGeometry& g, StepContext& ctx,
                        const std::string& layer) override;
+  bool conv2d_forward_pools(const Tensor& xc, const Tensor& wc, const ConvGeometry& g) const override;
   bool conv_backward_reads_relu_mask() const override { return true; }
   bool optimizer_makes_int8_rows() const override { return true; }
 

@@ -40,10 +40,16 @@ struct ConvGeometry {
 // What a convolution's forward applies after its bias: nothing, or a ReLU, y = y > 0 ? y : 0
 // (NaN and -0 to +0, as relu_forward), writing the ReLU's mask (uint8 0/1, (B, O, OH, OW)) when
 // relu_mask is set: the ReLU layer that follows a convolution runs in the convolution's output
-// pass (Conv2dLayer::fuse_relu).
+// pass (Conv2dLayer::fuse_relu). With `pool` (where conv2d_forward_pools says the device can) a
+// 2x2 / stride-2 max pooling follows in the same pass: y is then the pooled (B, O, OH / 2, OW / 2)
+// and pool_argmax, when set, each window's winning index in its (OH, OW) plane (maxpool_forward's
+// argmax, int32); the full output is never written (the max pooling layer after the ReLU runs
+// there: Conv2dLayer::fuse_pool).
 struct ConvEpilogue {
   bool relu = false;
   Tensor* relu_mask = nullptr;
+  bool pool = false;
+  Tensor* pool_argmax = nullptr;
 };
 struct PoolGeometry {
   int64_t c, h, w, kernel, stride, pad, oh, ow;
@@ -266,6 +272,9 @@ class DeviceOps {
                               const ConvEpilogue& epilogue, Tensor& y, StepContext& ctx, const std::string& layer) = 0;
   virtual void conv2d_backward(const Conv2dBackward& a, const ConvGeometry& g, StepContext& ctx,
                                const std::string& layer) = 0;
+  // Whether conv2d_forward of these operands (cast as the layer's precision casts them) runs a
+  // ConvEpilogue::pool: a pooling in the output pass, where it saves writing and reading the output.
+  virtual bool conv2d_forward_pools(const Tensor& xc, const Tensor& wc, const ConvGeometry& g) const = 0;
   // Whether conv2d_backward reads Conv2dBackward::relu_mask on the fly (in the bias gradient and
   // the casts that allow it) rather than masking dy into a copy first (no gain: the ReLU's own
   // backward then runs instead).

@@ -13,6 +13,8 @@
 #include "tests/worker/layers/gemm_test_support.h"
 #include "worker/layers/activation.h"
 #include "worker/layers/conv2d.h"
+#include "worker/layers/pool.h"
+#include "worker/layers/shape_check.h"
 #include "worker/precision_ops.h"
 
 namespace qsync::testing {
@@ -280,6 +282,60 @@ TEST_P(Conv2dPrecision, FusedReluGivesTheBitsOfTheReluLayerAfterIt) {
       EXPECT_EQ(values_of(fused_relu.forward(fused_conv.forward(x, fused_ctx), fused_ctx)),
                 values_of(relu.forward(conv.forward(x, ctx), ctx)));
     }
+  }
+}
+
+// A 2x2 / stride-2 max pooling after the fused ReLU, fused too (Conv2dLayer::fuse_pool, which
+// SequentialLayer does for every convolution, ReLU, pooling), gives the bits of the three layers
+// one after the other: pooled y, dx and the parameter gradients, in training and evaluation. The
+// CPU runs it in the INT8 convolutions' output pass (pooled output straight from the fused
+// convolution); every other precision and device runs the layers as before.
+TEST_P(Conv2dPrecision, FusedPoolGivesTheBitsOfThePoolingLayerAfterIt) {
+  activate_test_device_class();
+  const Geometry shapes[] = {GEOMETRIES[0], GEOMETRIES[6], Geometry{6, 5, 11, 9, 8, 3, 1, 1, true},
+                             Geometry{3, 4, 12, 10, 20, 3, 1, 1, true}};  // odd outputs, 3 / 8 / 20 channels
+  int pooled_int8 = 0;  // shapes whose INT8 forward pooled in its output pass
+  for (const LayerPrecision p : {LayerPrecision::FP32, GetParam()}) {
+    for (const Geometry& g : shapes) {
+      SCOPED_TRACE(describe(g) + " " + layer_precision_name(p));
+      std::mt19937_64 rng(8);
+      Conv2dLayer conv(desc_of(g), nullptr), fused_conv(desc_of(g), nullptr);
+      conv.init_parameters(rng);
+      const std::vector<Parameter*> from = parameters_of(conv), to = parameters_of(fused_conv);
+      for (size_t i = 0; i < from.size(); ++i) std::memcpy(to[i]->value.data(), from[i]->value.data(), size_t(from[i]->value.bytes()));
+      LayerDesc relu_desc = make_desc("relu", LayerKind::RELU, conv.desc().out_shape);
+      relu_desc.out_shape = relu_desc.in_shape;
+      LayerDesc pool_desc = make_desc("pool", LayerKind::MAXPOOL2D, conv.desc().out_shape);
+      pool_desc.kernel = pool_desc.stride = 2;
+      ReluLayer relu(relu_desc, nullptr), fused_relu(relu_desc, nullptr), relu_b(relu_desc, nullptr);
+      MaxPool2dLayer pool(pool_desc, nullptr), fused_pool(pool_desc, nullptr);
+      conv.fuse_relu(relu_b);  // the unfused chain: convolution with its ReLU, then the pooling layer
+      fused_conv.fuse_relu(fused_relu);
+      fused_conv.fuse_pool(fused_pool);
+      set_layer_precision(conv, p);
+      set_layer_precision(fused_conv, p);
+      const Shape out = batched_shape(g.batch, pool.desc().out_shape);
+      Tensor x = normal_tensor({g.batch, g.c, g.h, g.w}, rng), dy = normal_tensor(out, rng);
+      StepContext ctx = device_step_context(), fused_ctx = device_step_context();
+      const std::vector<float> y = values_of(pool.forward(relu_b.forward(conv.forward(x, ctx), ctx), ctx));
+      const Tensor h = fused_conv.forward(x, fused_ctx);
+      const bool pooled = h.shape() == out;
+      pooled_int8 += pooled && layer_precision_traits(p).forward == Precision::INT8;
+      if (layer_precision_traits(p).forward != Precision::INT8) {
+        EXPECT_FALSE(pooled);
+      }
+      ASSERT_EQ(values_of(fused_pool.forward(fused_relu.forward(h, fused_ctx), fused_ctx)), y);
+      EXPECT_EQ(values_of(fused_conv.backward(fused_relu.backward(fused_pool.backward(dy, fused_ctx), fused_ctx), fused_ctx)),
+                values_of(conv.backward(relu_b.backward(pool.backward(dy, ctx), ctx), ctx)));
+      for (size_t i = 0; i < from.size(); ++i) EXPECT_EQ(values_of(to[i]->grad), values_of(from[i]->grad)) << from[i]->name;
+      EXPECT_EQ(fused_pool.saved_bytes(), 0) << "the argmax outlived the backward";
+      ctx.training = fused_ctx.training = false;
+      EXPECT_EQ(values_of(fused_pool.forward(fused_relu.forward(fused_conv.forward(x, fused_ctx), fused_ctx), fused_ctx)),
+                values_of(pool.forward(relu_b.forward(conv.forward(x, ctx), ctx), ctx)));
+    }
+  }
+  if (layer_precision_traits(GetParam()).forward == Precision::INT8) {
+    EXPECT_GT(pooled_int8, 0);
   }
 }
 

@@ -86,19 +86,22 @@ ConvOnednnShape onednn_shape(const ConvGeometry& g, int64_t batch, int64_t o) {
   return {batch, g.c, g.h, g.w, o, g.k, g.stride, g.pad, g.oh, g.ow};
 }
 
-// The oneDNN forward of xc (B, C, H, W) and wc (O, CKK) in one precision, or an undefined call
-// (op BACKWARD_DATA) when the im2col path must run it.
+// The oneDNN forward of xc (B, C, H, W) and wc (O, CKK) in one precision into y (or, with y
+// nullptr, for asking what it supports), or an undefined call (op BACKWARD_DATA) when the im2col
+// path must run it.
 ConvOnednnCall onednn_forward_call(const Tensor& xc, const Tensor& wc, const Tensor* bias, const ConvGeometry& g,
-                                   const ConvEpilogue& epilogue, Tensor& y) {
+                                   const ConvEpilogue& epilogue, Tensor* y) {
   ConvOnednnCall c;
   c.shape = onednn_shape(g, xc.dim(0), wc.dim(0));
   c.type = xc.precision();
   c.x = xc.data();
   c.w = wc.data();
   c.bias = bias != nullptr ? bias->f32() : nullptr;
-  c.out = y.f32();
+  c.out = y != nullptr ? y->f32() : nullptr;
   c.relu = epilogue.relu;
   c.relu_mask = epilogue.relu && epilogue.relu_mask != nullptr ? epilogue.relu_mask->as<uint8_t>() : nullptr;
+  c.pool = epilogue.pool;
+  c.pool_argmax = epilogue.pool && epilogue.pool_argmax != nullptr ? epilogue.pool_argmax->as<int32_t>() : nullptr;
   const bool int8 = c.type == Precision::INT8;
   if (wc.precision() != c.type || (int8 && (xc.scale_mode != ScaleMode::PER_TENSOR || !wc.scales))) {
     c.op = ConvOnednnOp::BACKWARD_DATA;
@@ -171,14 +174,24 @@ void col2im_add(const float* src, int64_t s0, int64_t samples, const ConvGeometr
 
 // per chunk of S samples, cols (CKK, S*H'W') = im2col(x); y_cm (O, S*H'W') = W cols;
 // y (S, O, H', W') = epilogue(y_cm by sample, + b)
+bool CpuOps::conv2d_forward_pools(const Tensor& xc, const Tensor& wc, const ConvGeometry& g) const {
+  ConvEpilogue pooled;
+  pooled.pool = true;
+  const ConvOnednnCall c = onednn_forward_call(xc, wc, nullptr, g, pooled, nullptr);
+  return c.op == ConvOnednnOp::FORWARD && conv_onednn_pools(c);
+}
+
 void CpuOps::conv2d_forward(const Tensor& xc, const Tensor& wc, const Tensor* bias, const ConvGeometry& g,
                             const ConvEpilogue& epilogue, Tensor& y, StepContext& ctx, const std::string& layer) {
-  const ConvOnednnCall direct = onednn_forward_call(xc, wc, bias, g, epilogue, y);
+  const ConvOnednnCall direct = onednn_forward_call(xc, wc, bias, g, epilogue, &y);
   if (direct.op == ConvOnednnOp::FORWARD) {
     OpClock clock(ctx, layer + ".conv_forward");
     conv_onednn_run(direct);
     return;
   }
+  if (epilogue.pool)
+    throw std::logic_error("conv2d_forward: layer '" + layer + "' asked to pool in an output pass it does not run "
+                           "(ask conv2d_forward_pools first)");
   const int64_t batch = xc.dim(0), hw = g.oh * g.ow, ckk = g.c * g.k * g.k, o = wc.dim(0);
   const int elem = precision_bytes(xc.precision());
   const int64_t chunk = std::min(batch, chunk_samples(g, elem));

@@ -98,6 +98,7 @@ class CudaOps final : public DeviceOps {
                       const ConvEpilogue& epilogue, Tensor& y, StepContext& ctx, const std::string& layer) override;
   void conv2d_backward(const Conv2dBackward& a, const ConvGeometry& g, StepContext& ctx,
                        const std::string& layer) override;
+  bool conv2d_forward_pools(const Tensor&, const Tensor&, const ConvGeometry&) const override { return false; }
   bool conv_backward_reads_relu_mask() const override { return false; }
 
   void softmax_xent(const Tensor& logits, const Tensor& targets, float loss_divisor, float grad_scale,
