@@ -93,9 +93,11 @@ template <bool rectified>
 inline void pool_take_8(__m256 v, __m256i index, __m256& best, __m256i& best_index) {
   __m256 better = _mm256_cmp_ps(v, best, _CMP_GT_OQ);
   if (!rectified)
-    better = _mm256_or_ps(better, _mm256_and_ps(_mm256_cmp_ps(v, v, _CMP_UNORD_Q), _mm256_cmp_ps(best, best, _CMP_ORD_Q)));
+    better = _mm256_or_ps(better,
+                          _mm256_and_ps(_mm256_cmp_ps(v, v, _CMP_UNORD_Q), _mm256_cmp_ps(best, best, _CMP_ORD_Q)));
   best = _mm256_blendv_ps(best, v, better);
-  best_index = _mm256_castps_si256(_mm256_blendv_ps(_mm256_castsi256_ps(best_index), _mm256_castsi256_ps(index), better));
+  best_index = _mm256_castps_si256(
+      _mm256_blendv_ps(_mm256_castsi256_ps(best_index), _mm256_castsi256_ps(index), better));
 }
 
 // The first n (< 8) lanes of v to dst: four, two and one at a time.
@@ -144,9 +146,10 @@ void store_channel_masks(const float* lanes, int64_t count, uint8_t* mask, int64
   constexpr uint64_t LOW_BITS = 0x0101010101010101ull;
   auto bits_of = [&](int64_t i, int64_t n) {
     uint64_t bits = 0;
-    for (int64_t k = 0; k < n; ++k)
-      bits |= uint64_t(_mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(lanes + (i + k) * 8), _mm256_setzero_ps(), _CMP_GT_OQ)))
-              << (8 * k);
+    for (int64_t k = 0; k < n; ++k) {
+      const __m256 positive = _mm256_cmp_ps(_mm256_loadu_ps(lanes + (i + k) * 8), _mm256_setzero_ps(), _CMP_GT_OQ);
+      bits |= uint64_t(_mm256_movemask_ps(positive)) << (8 * k);
+    }
     return bits;
   };
   if (count < 8) {
@@ -191,7 +194,7 @@ void pooled_group_avx2(const float* src, const Int8Output& t, int64_t c0, float*
       if (rectified) v = _mm256_max_ps(v, _mm256_setzero_ps());
       _mm256_storeu_ps(row + w * 8, v);
     }
-    if (mask != nullptr) store_channel_masks(row, W, mask + c0 * t.hw + h * W, t.hw);
+    if (rectified && mask != nullptr) store_channel_masks(row, W, mask + c0 * t.hw + h * W, t.hw);
     if ((h & 1) == 0 || h / 2 >= Ho) continue;
     const float* r0 = lanes.data();  // row h - 1
     const int64_t oh = h / 2;

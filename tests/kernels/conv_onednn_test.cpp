@@ -286,7 +286,8 @@ void check_int8(const Geometry& g) {
   if (conv_onednn_pools(c)) {
     check_pooled_epilogue(c, y_ref);
   } else {  // the zoo CNN's layers pool in the output pass
-    EXPECT_TRUE(s.oh < 2 || s.ow < 2 || (g.c != 1 && g.c != 40)) << "no pooling in the output pass, " << conv_onednn_impl(c);
+    EXPECT_TRUE(s.oh < 2 || s.ow < 2 || (g.c != 1 && g.c != 40))
+        << "no pooling in the output pass, " << conv_onednn_impl(c);
     c.pool = true;
     EXPECT_THROW(conv_onednn_run(c), std::logic_error);
     c.pool = false;

@@ -63,7 +63,8 @@ Tensor Conv2dLayer::forward(const Tensor& x, StepContext& ctx) {
   const Tensor wc = cast_parameter(weight_, precision_, ctx, name(), OperandRole::A);  // (O, CKK)
   const bool pools = fused_pool_ != nullptr && ops.conv2d_forward_pools(xc, wc, g_);
   const Shape out_shape{batch, o_, g_.oh, g_.ow};
-  Tensor y = pools ? ops.empty({batch, o_, g_.oh / 2, g_.ow / 2}, Precision::FP32, ctx.memory, fused_pool_->name() + ".out")
+  Tensor y = pools ? ops.empty({batch, o_, g_.oh / 2, g_.ow / 2}, Precision::FP32, ctx.memory,
+                               fused_pool_->name() + ".out")
                    : ops.empty(out_shape, Precision::FP32, ctx.memory, name() + " output");
   ConvEpilogue epilogue;
   Tensor relu_mask;  // (B, O, H', W') uint8 0/1, the fused ReLU's
@@ -85,7 +86,8 @@ Tensor Conv2dLayer::forward(const Tensor& x, StepContext& ctx) {
   ops.conv2d_forward(xc, wc, bias_.value.defined() ? &bias_.value : nullptr, g_, epilogue, y, ctx, name());
   if (fused_relu_ != nullptr)  // the ReLU's backward deferred to ours where ours reads the mask on the fly
     fused_relu_->take_mask(std::move(relu_mask),
-                           ops.conv_backward_reads_relu_mask() && cast_gradient_reads_relu_mask(precision_, ctx), pools);
+                           ops.conv_backward_reads_relu_mask() && cast_gradient_reads_relu_mask(precision_, ctx),
+                           pools);
   if (fused_pool_ != nullptr) fused_pool_->take_pooled(pools, std::move(argmax));
   if (ctx.training) {
     x_saved_ = xc;

@@ -302,7 +302,8 @@ TEST_P(Conv2dPrecision, FusedPoolGivesTheBitsOfThePoolingLayerAfterIt) {
       Conv2dLayer conv(desc_of(g), nullptr), fused_conv(desc_of(g), nullptr);
       conv.init_parameters(rng);
       const std::vector<Parameter*> from = parameters_of(conv), to = parameters_of(fused_conv);
-      for (size_t i = 0; i < from.size(); ++i) std::memcpy(to[i]->value.data(), from[i]->value.data(), size_t(from[i]->value.bytes()));
+      for (size_t i = 0; i < from.size(); ++i)
+        std::memcpy(to[i]->value.data(), from[i]->value.data(), size_t(from[i]->value.bytes()));
       LayerDesc relu_desc = make_desc("relu", LayerKind::RELU, conv.desc().out_shape);
       relu_desc.out_shape = relu_desc.in_shape;
       LayerDesc pool_desc = make_desc("pool", LayerKind::MAXPOOL2D, conv.desc().out_shape);
@@ -325,12 +326,15 @@ TEST_P(Conv2dPrecision, FusedPoolGivesTheBitsOfThePoolingLayerAfterIt) {
         EXPECT_FALSE(pooled);
       }
       ASSERT_EQ(values_of(fused_pool.forward(fused_relu.forward(h, fused_ctx), fused_ctx)), y);
-      EXPECT_EQ(values_of(fused_conv.backward(fused_relu.backward(fused_pool.backward(dy, fused_ctx), fused_ctx), fused_ctx)),
+      const Tensor fused_dh = fused_relu.backward(fused_pool.backward(dy, fused_ctx), fused_ctx);
+      EXPECT_EQ(values_of(fused_conv.backward(fused_dh, fused_ctx)),
                 values_of(conv.backward(relu_b.backward(pool.backward(dy, ctx), ctx), ctx)));
-      for (size_t i = 0; i < from.size(); ++i) EXPECT_EQ(values_of(to[i]->grad), values_of(from[i]->grad)) << from[i]->name;
+      for (size_t i = 0; i < from.size(); ++i)
+        EXPECT_EQ(values_of(to[i]->grad), values_of(from[i]->grad)) << from[i]->name;
       EXPECT_EQ(fused_pool.saved_bytes(), 0) << "the argmax outlived the backward";
       ctx.training = fused_ctx.training = false;
-      EXPECT_EQ(values_of(fused_pool.forward(fused_relu.forward(fused_conv.forward(x, fused_ctx), fused_ctx), fused_ctx)),
+      const Tensor fused_h = fused_relu.forward(fused_conv.forward(x, fused_ctx), fused_ctx);
+      EXPECT_EQ(values_of(fused_pool.forward(fused_h, fused_ctx)),
                 values_of(pool.forward(relu_b.forward(conv.forward(x, ctx), ctx), ctx)));
     }
   }
