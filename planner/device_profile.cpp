@@ -28,12 +28,31 @@ json cost_to_json(const LayerCost& c) {
           {"saved_bytes", c.saved_bytes}, {"weight_bytes", c.weight_bytes}};
 }
 
+// An integer field as T: a JSON integer within T's range. A float is refused, whole or not (sizes
+// and counts are integers, and converting a float beyond T's range is undefined).
+template <class T>
+T integer_of(const json& j, const char* key) {
+  const json& v = j.at(key);
+  if (!v.is_number_integer()) throw std::invalid_argument(std::string("field '") + key + "' must be an integer");
+  const bool in_range = v.is_number_unsigned()
+                            ? v.get<uint64_t>() <= uint64_t(std::numeric_limits<T>::max())
+                            : v.get<int64_t>() >= int64_t(std::numeric_limits<T>::min()) &&
+                                  v.get<int64_t>() <= int64_t(std::numeric_limits<T>::max());
+  if (!in_range) throw std::invalid_argument(std::string("field '") + key + "' is out of range");
+  return T(v.get<int64_t>());
+}
+
+template <class T>
+T optional_integer_of(const json& j, const char* key, T absent) {
+  return j.contains(key) ? integer_of<T>(j, key) : absent;
+}
+
 LayerCost cost_from_json(const json& j) {
   LayerCost c;
   c.forward_seconds = j.at("forward_seconds").get<double>();
   c.backward_seconds = j.at("backward_seconds").get<double>();
-  c.saved_bytes = j.at("saved_bytes").get<int64_t>();
-  c.weight_bytes = j.value("weight_bytes", int64_t(0));
+  c.saved_bytes = integer_of<int64_t>(j, "saved_bytes");
+  c.weight_bytes = optional_integer_of<int64_t>(j, "weight_bytes", 0);
   return c;
 }
 
@@ -139,11 +158,11 @@ DeviceProfile device_profile_from_json(const std::string& text, const std::strin
   check_version(j, PROFILE_KIND, source_name);
   DeviceProfile p;
   try {
-    p.version = j.at("version").get<int>();
+    p.version = integer_of<int>(j, "version");
     p.model = j.at("model").get<std::string>();
     p.model_hash = hash_from_string(j.at("model_hash").get<std::string>());
     p.device_class = j.at("device_class").get<std::string>();
-    p.batch = j.at("batch").get<int64_t>();
+    p.batch = integer_of<int64_t>(j, "batch");
     p.estimated = j.value("estimated", false);
     p.source = j.value("source", std::string());
     for (const auto& [layer, per] : j.at("gemm_layers").items())
@@ -152,12 +171,12 @@ DeviceProfile device_profile_from_json(const std::string& text, const std::strin
     p.casts = casts_from_json(j.value("casts", json::array()));
     p.channel_casts = casts_from_json(j.value("channel_casts", json::array()));
     p.optimizer_seconds = j.at("optimizer_seconds").get<double>();
-    p.static_bytes = j.at("static_bytes").get<int64_t>();
-    p.memory_bytes = j.value("memory_bytes", int64_t(0));
+    p.static_bytes = integer_of<int64_t>(j, "static_bytes");
+    p.memory_bytes = optional_integer_of<int64_t>(j, "memory_bytes", 0);
     p.step_overhead_seconds = j.value("step_overhead_seconds", 0.0);
-    p.step_overhead_bytes = j.value("step_overhead_bytes", int64_t(0));
+    p.step_overhead_bytes = optional_integer_of<int64_t>(j, "step_overhead_bytes", 0);
     p.step_jitter = j.value("step_jitter", 0.0);
-    p.world_size = j.value("world_size", 0);
+    p.world_size = optional_integer_of<int>(j, "world_size", 0);
     p.world_step_seconds = j.value("world_step_seconds", 0.0);
     p.world_signature = j.value("world_signature", std::string());
   } catch (const json::exception& e) {
@@ -200,14 +219,17 @@ CommProfile comm_profile_from_json(const std::string& text, const std::string& p
   check_version(j, COMM_KIND, path);
   CommProfile p;
   try {
-    p.version = j.at("version").get<int>();
-    p.world_size = j.at("world_size").get<int>();
+    p.version = integer_of<int>(j, "version");
+    p.world_size = integer_of<int>(j, "world_size");
     p.alpha = j.at("alpha").get<double>();
     p.beta = j.at("beta").get<double>();
     p.late_sync_seconds = j.value("late_sync_seconds", 0.0);
     p.estimated = j.value("estimated", false);
     p.source = j.value("source", std::string());
   } catch (const json::exception& e) {
+    throw std::invalid_argument(path + ": malformed communication profile (" + e.what() +
+                                "): re-measure it with `qsync-bench-allreduce --comm-profile FILE`");
+  } catch (const std::invalid_argument& e) {
     throw std::invalid_argument(path + ": malformed communication profile (" + e.what() +
                                 "): re-measure it with `qsync-bench-allreduce --comm-profile FILE`");
   }

@@ -132,6 +132,32 @@ TEST(DeviceProfile, RefusesANumberPastDoublesRangeAsMalformed) {
   expect_error<std::invalid_argument>([&] { comm_profile_load(dir.file("comm.json")); }, {"comm.json", "not valid JSON"});
 }
 
+// Found by tests/fuzz (device_profile): a float where an integer belongs (5.1e+35 saved bytes) was
+// converted to int64_t, which is undefined beyond its range. Integer fields take JSON integers
+// within their type's range, and say which field is wrong.
+TEST(DeviceProfile, RefusesAFloatOrAnOutOfRangeIntegerWhereAnIntegerBelongs) {
+  const std::string good = device_profile_to_json(sample_profile(mlp(), "cpu-avx2", 64));
+  ASSERT_NO_THROW(device_profile_from_json(good, "good.profile.json"));
+  const std::string field = "\"static_bytes\": ";
+  const size_t at = good.find(field);
+  ASSERT_NE(at, std::string::npos);
+  const size_t end = good.find_first_of(",\n}", at + field.size());
+  for (const std::string& bad : {std::string("5.1e+35"), std::string("12.0"), std::string("18446744073709551615")}) {
+    std::string text = good;
+    text.replace(at + field.size(), end - at - field.size(), bad);
+    expect_error<std::invalid_argument>([&] { device_profile_from_json(text, "float.profile.json"); },
+                                        {"float.profile.json", "static_bytes"});
+  }
+  for (const std::string& bad : {std::string("4.0"), std::string("3000000000")})
+    expect_error<std::invalid_argument>(
+        [&] {
+          comm_profile_from_json("{\"kind\": \"qsync-comm-profile\", \"version\": 1, \"world_size\": " + bad +
+                                     ", \"alpha\": 0.001, \"beta\": 1e-9}",
+                                 "comm.json");
+        },
+        {"comm.json", "world_size"});
+}
+
 TEST(DeviceProfile, CheckRefusesAnotherModelOrBatchNamingBoth) {
   const ModelDesc m = mlp(), cnn = model_desc_find("cnn");
   const DeviceProfile p = sample_profile(m, "cpu-avx2", 64);
