@@ -82,7 +82,7 @@ Int8Output int8_output_of(const ConvOnednnCall& call) {
   const ConvOnednnShape& s = call.shape;
   const float halve = int8_weights_doubled(call.type) ? 0.5f : 1.0f;
   if (call.op == ConvOnednnOp::FORWARD)
-    return {s.n,      s.o,       s.oh * s.ow,    call.x_scale * halve, call.w_scales, call.bias,
+    return {s.n, s.o, s.oh * s.ow, call.x_scale * halve, call.w_scales, call.bias,
             call.relu, call.relu_mask, call.pool ? s.ow : 0, call.pool_argmax};
   return {s.n, s.c, s.h * s.w, call.dy_scale * call.w_scales[0] * halve, nullptr, nullptr};
 }

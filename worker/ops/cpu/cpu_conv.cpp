@@ -172,8 +172,7 @@ void col2im_add(const float* src, int64_t s0, int64_t samples, const ConvGeometr
   }
 }
 
-// per chunk of S samples, cols (CKK, S*H'W') = im2col(x); y_cm (O, S*H'W') = W cols;
-// y (S, O, H', W') = epilogue(y_cm by sample, + b)
+// The INT8 convolutions on oneDNN (NHWC sums: kernels/cpu/conv_int8_output.h).
 bool CpuOps::conv2d_forward_pools(const Tensor& xc, const Tensor& wc, const ConvGeometry& g) const {
   ConvEpilogue pooled;
   pooled.pool = true;
@@ -181,6 +180,8 @@ bool CpuOps::conv2d_forward_pools(const Tensor& xc, const Tensor& wc, const Conv
   return c.op == ConvOnednnOp::FORWARD && conv_onednn_pools(c);
 }
 
+// per chunk of S samples, cols (CKK, S*H'W') = im2col(x); y_cm (O, S*H'W') = W cols;
+// y (S, O, H', W') = epilogue(y_cm by sample, + b)
 void CpuOps::conv2d_forward(const Tensor& xc, const Tensor& wc, const Tensor* bias, const ConvGeometry& g,
                             const ConvEpilogue& epilogue, Tensor& y, StepContext& ctx, const std::string& layer) {
   const ConvOnednnCall direct = onednn_forward_call(xc, wc, bias, g, epilogue, &y);
