@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <stdexcept>
 
+#include "planner/median.h"
 #include "planner/plan_file.h"
 
 namespace qsync {
@@ -66,9 +67,7 @@ std::optional<SharedCpus> shared_cpus_fit(const ModelDesc& model, const std::vec
     uniform.push_back(r);
   }
   if (measured.empty()) return std::nullopt;
-  std::sort(measured.begin(), measured.end());
-  const size_t n = measured.size();
-  const double world_step = n % 2 ? measured[n / 2] : 0.5 * (measured[n / 2 - 1] + measured[n / 2]);
+  const double world_step = median_of(measured);
   const StepPrediction replayed = replay_step(model, uniform, comm, bucket_bytes);
   const double tail = replayed.step_seconds - replayed.jitter_seconds - slowest_compute(replayed);
   const double span = unscaled_span(replayed, s);

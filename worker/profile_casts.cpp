@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "planner/device_profile.h"
-#include "worker/median.h"
+#include "planner/median.h"
 #include "worker/ops/device_ops.h"
 #include "worker/precision_ops.h"
 #include "worker/profiler.h"

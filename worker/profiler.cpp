@@ -16,6 +16,7 @@
 #include <stdexcept>
 
 #include "kernels/device_class.h"
+#include "planner/median.h"
 #include "planner/replayer.h"
 #include "worker/data/batch_loader.h"
 #include "worker/dist/collectives.h"
@@ -23,7 +24,6 @@
 #include "worker/dist/rendezvous.h"
 #include "worker/layers/conv2d.h"
 #include "worker/loss.h"
-#include "worker/median.h"
 #include "worker/model.h"
 #include "worker/ops/rank_device.h"
 #include "worker/precision_ops.h"

@@ -17,12 +17,12 @@
 
 #include "kernels/device_class.h"
 #include "planner/atomic_file.h"
+#include "planner/median.h"
 #include "worker/checkpoint_resume.h"
 #include "worker/checkpoint_store.h"
 #include "worker/dist/collectives.h"
 #include "worker/dist/link_model.h"
 #include "worker/loss.h"
-#include "worker/median.h"
 #include "worker/model.h"
 #include "worker/precision_ops.h"
 #include "worker/op_time_table.h"

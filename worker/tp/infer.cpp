@@ -20,12 +20,12 @@
 
 #include "kernels/device_class.h"
 #include "planner/atomic_file.h"
+#include "planner/median.h"
 #include "planner/model_desc.h"
 #include "planner/spd_plan.h"
 #include "worker/data/char_corpus.h"
 #include "worker/dist/collectives.h"
 #include "worker/dist/link_model.h"
-#include "worker/median.h"
 #include "worker/tp/tp_transformer.h"
 
 namespace qsync {

@@ -11,8 +11,8 @@
 #include <stdexcept>
 
 #include "planner/device_profile.h"
+#include "planner/median.h"
 #include "worker/dist/link_model.h"
-#include "worker/median.h"
 #include "worker/tp/tp_transformer.h"
 
 namespace qsync {

@@ -1,7 +1,7 @@
-// File: worker/median.h
-// The median of timing samples, as every report of the worker quotes them (step times, profiled
-// ops, inference latencies): the middle value, the mean of the two middle values for an even
-// count, 0 for no samples.
+// File: planner/median.h
+// The median of timing samples, as every report quotes them (step times, profiled ops, inference
+// latencies, the profiling world's steps): the middle value, the mean of the two middle values for
+// an even count, 0 for no samples.
 #pragma once
 
 #include <algorithm>
