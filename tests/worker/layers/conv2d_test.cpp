@@ -8,8 +8,11 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <set>
+#include <string>
 
 #include "tests/worker/gradient_check.h"
+#include "kernels/cpu_isa.h"
 #include "tests/worker/layers/gemm_test_support.h"
 #include "worker/layers/activation.h"
 #include "worker/layers/conv2d.h"
@@ -159,6 +162,29 @@ TEST(Conv2dLayer, NoInputGradientLeavesParameterGradientsAlone) {
   conv.init_parameters(rng);
   expect_same_gradients_without_input_gradient(conv, normal_tensor({g.batch, g.c, g.h, g.w}, rng),
                                                normal_tensor({g.batch, g.o, 3, 3}, rng));
+}
+
+// oneDNN's weight gradient of one input channel idles seven lanes of eight in its AVX2 kernel, so
+// below AVX-512 that backward runs as GEMMs over im2col columns, from AVX-512 up on oneDNN
+// (cpu_conv.cpp); the op names say which ran. Its gradients are checked by GradientCheck (the
+// fifth geometry has one channel), which runs as cpu-avx2 too.
+TEST(Conv2dLayer, OneInputChannelBackwardRunsOnTheIm2colPathBelowAvx512) {
+  activate_test_device_class();
+  struct Recorder : OpTimer {
+    std::set<std::string> ops;
+    void record(const std::string& op, double) override { ops.insert(op); }
+  } timer;
+  const Geometry g{4, 1, 12, 10, 8, 3, 1, 1, true};
+  std::mt19937_64 rng(12);
+  Conv2dLayer conv(desc_of(g), nullptr);
+  conv.init_parameters(rng);
+  StepContext ctx = device_step_context();
+  ctx.timer = &timer;
+  conv.forward(normal_tensor({g.batch, g.c, g.h, g.w}, rng), ctx);
+  conv.backward(normal_tensor({g.batch, g.o, g.h, g.w}, rng), ctx);
+  const bool im2col = cpu_isa_active() < CpuIsa::AVX512;
+  EXPECT_EQ(timer.ops.count("conv.gemm_weight_grad"), im2col ? 1u : 0u);
+  EXPECT_EQ(timer.ops.count("conv.conv_backward"), im2col ? 0u : 1u);
 }
 
 // int8-all and fp8 run the backward as GEMMs over im2col chunks, the threads a chunk each
