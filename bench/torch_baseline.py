@@ -5,8 +5,10 @@ process of its own (this file run as a script), for its own peak RSS:
     python bench/torch_baseline.py MODEL MODE --batch B --steps S --warmup W --threads T
 
 MODEL is a zoo model built by tools/torch_models.py, MODE fp32 or bf16-autocast; it prints one
-JSON line (median_step_seconds, step_seconds, rss_before_bytes, torch_version, torch_blas, ...).
-The interpreter that runs it picks the torch (see worker_bench.py's "How to run")."""
+JSON line (median_step_seconds, step_seconds, rss_before_bytes, torch_version, torch_blas,
+cpu_capability, ...). The interpreter that runs it picks the torch (see worker_bench.py's "How to
+run"). A child may run capped at the ISA of one of our CPU classes (TORCH_ISA_CAPS), so that the
+class's FP32 row meets a PyTorch with the same vector units."""
 
 import argparse
 import json
@@ -31,6 +33,30 @@ def openblas_coretype_for(flags):
     if "avx2" in flags:
         return "Haswell"
     return ""
+
+
+# The environment that caps PyTorch at the ISA one of our CPU classes is capped at
+# (kernels/device_class.cpp): ATEN_CPU_CAPABILITY caps ATen's own vectorized kernels (elementwise,
+# softmax, pooling, norms), ONEDNN_MAX_CPU_ISA (DNNL_ for older builds) oneDNN's (convolutions,
+# BF16 matmuls), MKL_ENABLE_INSTRUCTIONS MKL's GEMMs (PyPI wheels) and OPENBLAS_CORETYPE
+# OpenBLAS's (Debian's torch). cpu-amx is uncapped on both sides, so it has no entry. Only classes
+# that run on this CPU are asked for, so every core named here is one the CPU has.
+TORCH_ISA_CAPS = {
+    "cpu-avx512-bf16": {"ATEN_CPU_CAPABILITY": "avx512", "ONEDNN_MAX_CPU_ISA": "AVX512_CORE_BF16",
+                        "MKL_ENABLE_INSTRUCTIONS": "AVX512", "OPENBLAS_CORETYPE": "Cooperlake"},
+    "cpu-avx512": {"ATEN_CPU_CAPABILITY": "avx512", "ONEDNN_MAX_CPU_ISA": "AVX512_CORE_VNNI",
+                   "MKL_ENABLE_INSTRUCTIONS": "AVX512", "OPENBLAS_CORETYPE": "SkylakeX"},
+    "cpu-avx2": {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2", "MKL_ENABLE_INSTRUCTIONS": "AVX2",
+                 "OPENBLAS_CORETYPE": "Haswell"},
+}
+
+
+def torch_isa_cap_env(cls):
+    """The environment variables that cap a PyTorch child at class `cls`'s ISA ({} for none)."""
+    env = dict(TORCH_ISA_CAPS.get(cls, {}))
+    if "ONEDNN_MAX_CPU_ISA" in env:
+        env["DNNL_MAX_CPU_ISA"] = env["ONEDNN_MAX_CPU_ISA"]
+    return env
 
 
 def torch_blas_note(results):
@@ -105,6 +131,9 @@ def torch_child(model_name, mode, batch, steps, warmup, threads):
         except (OSError, AttributeError):
             pass
 
+    # ATen's vector ISA as this process runs it (ATEN_CPU_CAPABILITY caps it); torch 1.13 cannot say.
+    cpu_capability = getattr(getattr(torch.backends, "cpu", None), "get_cpu_capability", lambda: None)()
+
     times, compute = [], []
     for i in range(warmup + steps):
         t0 = time.perf_counter()
@@ -118,19 +147,24 @@ def torch_child(model_name, mode, batch, steps, warmup, threads):
                       "rss_before_bytes": rss_before, "peak_rss_self_bytes": read_status_kib("VmHWM"),
                       "final_loss": float(loss), "torch_version": torch.__version__,
                       "torch_threads": torch.get_num_threads(), "openblas_core": openblas_core, "torch_blas": blas,
+                      "cpu_capability": cpu_capability,
                       "parameters": sum(p.numel() for p in module.parameters())}))
 
 
-def torch_run(args, model, mode, batch):
-    """One PyTorch configuration in its own process; returns a result dict."""
+def torch_run(args, model, mode, batch, cap_class=None):
+    """One PyTorch configuration in its own process, uncapped or capped at `cap_class`'s ISA
+    (TORCH_ISA_CAPS); returns a result dict."""
     cmd = [sys.executable, os.path.abspath(__file__), model, mode, "--batch", str(batch),
            "--steps", str(args.steps), "--warmup", str(args.warmup), "--threads", str(args.threads)]
-    rc, out, err, rss = run_measured(cmd, env=thread_env(args.threads, args.openblas_core), timeout=args.timeout)
+    env = thread_env(args.threads, args.openblas_core)
+    cap = torch_isa_cap_env(cap_class)
+    env.update(cap)
+    rc, out, err, rss = run_measured(cmd, env=env, timeout=args.timeout)
     if rc != 0:
         lines = (out + err).strip().splitlines()
         return {"status": "error", "note": lines[-1] if lines else "exit %d" % rc, "command": cmd}
     r = json.loads(out.strip().splitlines()[-1])
-    r.update({"status": "ok", "peak_rss_bytes": rss, "command": cmd})
+    r.update({"status": "ok", "peak_rss_bytes": rss, "command": cmd, "isa_cap_class": cap_class, "isa_cap_env": cap})
     return r
 
 

@@ -21,6 +21,12 @@ What it measures
            T: Debian's torch does FP32 GEMMs in OpenBLAS), in FP32 and with BF16 autocast
            (torch.autocast('cpu', dtype=torch.bfloat16)); W warm-up steps, then the median of S
            timed steps; each configuration in its own process, for its peak RSS.
+           FP32 also once per class of ours below cpu-amx, with torch capped at the class's ISA
+           (torch_baseline.TORCH_ISA_CAPS: ATEN_CPU_CAPABILITY, ONEDNN_MAX_CPU_ISA,
+           MKL_ENABLE_INSTRUCTIONS, OPENBLAS_CORETYPE): our classes cap oneDNN and our own loops,
+           so an uncapped torch on an AVX-512 CPU against our cpu-avx2 class compares vector units,
+           not engines. A class's fp32 row's ours/torch is against that capped run; the uncapped
+           ratio is beside it.
            OpenBLAS: it picks its kernels from the CPU model, and on a virtual CPU that reports a
            generic model ("Intel Xeon Processor") it falls back to Prescott (SSE3) kernels, about
            6x slower than its AVX-512 ones. By default (--openblas-coretype auto) the PyTorch
@@ -74,7 +80,7 @@ import sys
 import tempfile
 
 from measured_process import run_measured, thread_env
-from torch_baseline import openblas_coretype_for, torch_run
+from torch_baseline import TORCH_ISA_CAPS, openblas_coretype_for, torch_run
 from worker_bench_table import MIB, fmt_ms, render_notes, render_table
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -320,26 +326,35 @@ def main(argv):
                 configs += [(model, batch, "ours", cls, prec) for prec in args.precisions]
         if not args.no_torch:
             configs += [(model, batch, "torch", None, mode) for mode in ("fp32", "bf16-autocast")]
+            configs += [(model, batch, "torch", cls, "fp32") for cls in args.classes
+                        if cls in TORCH_ISA_CAPS and results["class_status"][cls]["status"] == "available"]
     runs = {c: [] for c in configs}
     for rnd in range(args.repeats):
         for c in configs:
             model, batch, side, cls, prec = c
-            r = worker_run(args, model, cls, prec, batch) if side == "ours" else torch_run(args, model, prec, batch)
+            if side == "ours":
+                r = worker_run(args, model, cls, prec, batch)
+            else:  # cls: the class whose ISA caps torch, or None
+                r = torch_run(args, model, prec, batch, cap_class=cls)
             runs[c].append(r)
-            print("[%d/%d] %-5s %-9s %-11s %-13s %8s ms   load %.2f%s" % (
-                rnd + 1, args.repeats, side, model, cls or "", prec, fmt_ms(r), os.getloadavg()[0],
+            print("[%d/%d] %-5s %-9s %-15s %-13s %8s ms   load %.2f%s" % (
+                rnd + 1, args.repeats, side, model, (cls or "") if side == "ours" else "capped " + cls if cls else "",
+                prec, fmt_ms(r), os.getloadavg()[0],
                 "" if r["status"] == "ok" else "  " + r["note"]), flush=True)
 
     baselines = []
     for model in args.models:
         batch = args.gpt_batch if model == "char-gpt" else args.batch
-        entry = {"model": model, "batch": batch, "ours": {}, "torch": {}}
+        entry = {"model": model, "batch": batch, "ours": {}, "torch": {}, "torch_capped": {}}
         for (m, _, side, cls, prec), rs in runs.items():
             if m != model:
                 continue
             r = median_of(rs)
             if side == "torch":
-                entry["torch"][prec] = r
+                if cls is None:
+                    entry["torch"][prec] = r
+                else:  # fp32 capped at the class's ISA
+                    entry["torch_capped"][cls] = r
                 if r.get("status") == "ok" and r.get("rss_before_bytes"):
                     baselines.append(r["rss_before_bytes"])
                 continue
@@ -350,6 +365,10 @@ def main(argv):
 
     results["load_after"] = load_average()
     cores = {t.get("openblas_core") for m in results["models"] for t in m["torch"].values() if t.get("status") == "ok"}
+    capped = {cls: sorted({str(t.get("cpu_capability")) for m in results["models"]
+                           for c, t in m["torch_capped"].items() if c == cls and t.get("status") == "ok"})
+              for cls in TORCH_ISA_CAPS}
+    results["torch_capped_cpu_capability"] = {cls: ",".join(v) for cls, v in capped.items() if v}
     results["torch_openblas_core"] = ",".join(sorted(str(c) for c in cores)) or "?"
     for key, field in (("torch_version", "torch_version"), ("torch_blas", "torch_blas")):
         seen = {t.get(field) for m in results["models"] for t in m["torch"].values() if t.get("status") == "ok"}
