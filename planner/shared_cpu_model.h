@@ -18,7 +18,15 @@
 // weak ranks frees CPU time for the others. Measured on 2 CPUs (MLP and CNN, pools of 3 and 4
 // ranks, 16 held-out plans, docs/results.md): median error 3.4%, worst 10.5%, where scaling the
 // whole replayed step by the uniform plan's ratio gave 8.8% and 14.4%; on one set of profiles
-// both ways, the span 3.9% and 9.3% against the ratio's 5.7% and 13.4%.
+// both ways, the span 3.9% and 9.3% against the ratio's 5.7% and 13.4%. Tried and left: an exact
+// processor-sharing queue (every computing rank at min(1, cpus / its peers' threads) of its speed,
+// an early finisher's CPU going to the others) over the profiles scaled back to each rank's CPUs
+// alone by inverting that queue on each profiling turn's per-rank compute. On the 24 plans of 3
+// and 4 ranks on 2 CPUs of one prediction run (2026-12-07) it mended the 3-rank CNN whose weak
+// ranks lighten (batch-moved +14.1 -> +8.8%, uniform weak int8-all +19.7 -> +16.5%) but put the
+// 4-rank CNN and the MLP further off (the 4-rank CNN's batch-moved -1.4 -> -9.4%, the MLP's
+// uniform weak int8-all -8.7 -> -10.6%), presumably as ranks waiting at the sync do not give
+// their CPU back as fully as the queue assumes (Gloo's waits, OpenMP's spinning team).
 //
 //   std::optional<SharedCpus> s = shared_cpus_fit(model, pool, threads, cpus, comm, bucket_bytes, world);
 //   StepPrediction p = replay_step(model, ranks, comm, bucket_bytes);
