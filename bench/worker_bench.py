@@ -337,9 +337,9 @@ def main(argv):
             else:  # cls: the class whose ISA caps torch, or None
                 r = torch_run(args, model, prec, batch, cap_class=cls)
             runs[c].append(r)
-            print("[%d/%d] %-5s %-9s %-15s %-13s %8s ms   load %.2f%s" % (
-                rnd + 1, args.repeats, side, model, (cls or "") if side == "ours" else "capped " + cls if cls else "",
-                prec, fmt_ms(r), os.getloadavg()[0],
+            where = cls if side == "ours" else ("capped " + cls if cls else "")
+            print("[%d/%d] %-5s %-9s %-22s %-13s %8s ms   load %.2f%s" % (
+                rnd + 1, args.repeats, side, model, where, prec, fmt_ms(r), os.getloadavg()[0],
                 "" if r["status"] == "ok" else "  " + r["note"]), flush=True)
 
     baselines = []
@@ -365,10 +365,12 @@ def main(argv):
 
     results["load_after"] = load_average()
     cores = {t.get("openblas_core") for m in results["models"] for t in m["torch"].values() if t.get("status") == "ok"}
-    capped = {cls: sorted({str(t.get("cpu_capability")) for m in results["models"]
-                           for c, t in m["torch_capped"].items() if c == cls and t.get("status") == "ok"})
-              for cls in TORCH_ISA_CAPS}
-    results["torch_capped_cpu_capability"] = {cls: ",".join(v) for cls, v in capped.items() if v}
+    capped = {}  # class -> the ATen ISAs its capped runs reported
+    for m in results["models"]:
+        for cls, t in m["torch_capped"].items():
+            if t.get("status") == "ok":
+                capped.setdefault(cls, set()).add(str(t.get("cpu_capability")))
+    results["torch_capped_cpu_capability"] = {cls: ",".join(sorted(v)) for cls, v in capped.items()}
     results["torch_openblas_core"] = ",".join(sorted(str(c) for c in cores)) or "?"
     for key, field in (("torch_version", "torch_version"), ("torch_blas", "torch_blas")):
         seen = {t.get(field) for m in results["models"] for t in m["torch"].values() if t.get("status") == "ok"}
