@@ -11,8 +11,8 @@
 #include <set>
 #include <string>
 
-#include "tests/worker/gradient_check.h"
 #include "kernels/cpu_isa.h"
+#include "tests/worker/gradient_check.h"
 #include "tests/worker/layers/gemm_test_support.h"
 #include "worker/layers/activation.h"
 #include "worker/layers/conv2d.h"
