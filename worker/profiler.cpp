@@ -22,11 +22,11 @@
 #include "worker/dist/collectives.h"
 #include "worker/dist/gradient_sync.h"
 #include "worker/dist/rendezvous.h"
-#include "worker/layers/conv2d.h"
 #include "worker/loss.h"
 #include "worker/model.h"
 #include "worker/ops/rank_device.h"
 #include "worker/precision_ops.h"
+#include "worker/profile_charges.h"
 #include "worker/train_data.h"
 #include "worker/train_step.h"
 
@@ -106,69 +106,6 @@ double gemm_phase_seconds(const OpStepSamples& t, const std::string& layer, bool
   else
     for (const char* op : BACKWARD_OPS) s += t.center(layer + op);
   return s;
-}
-
-int64_t weight_numel(const Model& model, const std::string& layer) {
-  for (const Parameter* p : model.parameters())
-    if (p->name == layer + ".weight") return p->value.numel();
-  throw std::logic_error("profile: GEMM layer '" + layer + "' has no parameter '" + layer + ".weight'");
-}
-
-// One precision's measurements.
-struct PrecisionRun {
-  LayerPrecision mode;
-  OpStepSamples timer;
-  std::map<std::string, int64_t> saved;
-  std::vector<double> optimizer_seconds;
-  bool made_int8_rows = false;  // the optimizer made the forwards' INT8 weight copies
-  std::map<std::string, std::string> pooled_by;  // a pooling layer -> the convolution that ran it
-};
-
-// Records which convolutions ran the pooling after them in their output pass this forward.
-void record_fused_pools(Model& model, PrecisionRun& run) {
-  model.visit_layers([&run](Layer& l) {
-    const auto* conv = dynamic_cast<const Conv2dLayer*>(&l);
-    if (conv != nullptr && conv->fused_pool() != nullptr && conv->fused_pool()->last_pooled_by_previous_layer())
-      run.pooled_by[conv->fused_pool()->name()] = conv->name();
-  });
-}
-
-// A pooling its convolution ran (Conv2dLayer::fuse_pool) takes no time of its own in that
-// precision's run, but the replay costs the pooling layer from the FP32 run, where it ran alone:
-// the convolution's forward is charged the pooling's own time less, so that the two add up.
-void charge_fused_pools_to_layers(DeviceProfile& p, const std::vector<PrecisionRun>& runs) {
-  const PrecisionRun* fp32 = nullptr;
-  for (const PrecisionRun& run : runs)
-    if (run.mode == LayerPrecision::FP32) fp32 = &run;
-  for (const PrecisionRun& run : runs)
-    for (const auto& [pool, conv] : run.pooled_by) {
-      if (fp32 == nullptr || fp32->pooled_by.count(pool) != 0) continue;  // alone in no run to compare with
-      const double alone = fp32->timer.center(pool + ".forward") - run.timer.center(pool + ".forward");
-      double& forward = p.gemm_layers[conv][run.mode].forward_seconds;
-      forward = std::max(0.0, forward - alone);
-    }
-}
-
-// The optimizer's own cost is what it takes where it makes no INT8 weight copies (the FP32 run).
-// Where a run's optimizer made its layers' copies (Parameter::int8_rows), what that added is the
-// layers' cost, the weight casts their forwards no longer run: spread over those forwards by
-// weight count, so a plan pays for it by its INT8 layers, as it did before the copies moved.
-void charge_int8_copies_to_layers(DeviceProfile& p, const ModelDesc& desc, const Model& model,
-                                  const std::vector<PrecisionRun>& runs, SampleCenter center) {
-  double base = -1;
-  for (const PrecisionRun& run : runs)
-    if (run.mode == LayerPrecision::FP32 && !run.optimizer_seconds.empty()) base = center_of(run.optimizer_seconds, center);
-  if (base < 0) return;  // no FP32 run: the center of every run stands
-  p.optimizer_seconds = base;
-  for (const PrecisionRun& run : runs) {
-    if (!run.made_int8_rows || run.optimizer_seconds.empty()) continue;
-    const double extra = std::max(0.0, center_of(run.optimizer_seconds, center) - base);
-    int64_t total = 0;
-    for (const LayerDesc* l : model_gemm_layers(desc)) total += weight_numel(model, l->name);
-    for (const LayerDesc* l : model_gemm_layers(desc))
-      if (total > 0)
-        p.gemm_layers[l->name][run.mode].forward_seconds += extra * double(weight_numel(model, l->name)) / double(total);
-  }
 }
 
 }  // namespace
