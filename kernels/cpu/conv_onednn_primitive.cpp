@@ -37,6 +37,9 @@ void set_reorders(ConvPrimitive& p) {
   for (int i = 0; i < 2; ++i) {
     p.in_reordered[i] = p.in_prim[i] != p.in_user[i];
     if (p.in_reordered[i]) p.in_reorder[i] = make_reorder(p.in_user[i], p.in_prim[i]);
+    const memory::dims in_dims = p.in_user[i].dims();
+    p.in_nhwc_bytes[i] = in_dims.size() == 4 && p.in_user[i] == memory::desc(in_dims, dt::s8, tag::nchw) &&
+                         p.in_prim[i] == memory::desc(in_dims, dt::s8, tag::nhwc);
   }
   p.out_reordered = p.out_prim != p.out_user;
   const memory::dims& d = p.out_user.dims();

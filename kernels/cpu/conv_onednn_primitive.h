@@ -49,6 +49,9 @@ struct ConvPrimitive {
   memory::desc in_user[2], in_prim[2], out_user, out_prim, scratch;
   Reorder in_reorder[2], out_reorder;
   bool in_reordered[2] = {false, false}, out_reordered = false;
+  // An input reordered from NCHW to NHWC bytes (INT8 x and dy): run_call transposes it itself
+  // (conv_int8_input.h) rather than through oneDNN's reorder.
+  bool in_nhwc_bytes[2] = {false, false};
   bool out_nhwc = false;  // the output comes in NHWC (oneDNN's INT8 kernels)
   // A relu key whose post-op would change oneDNN's kernel (and so maybe its order of sums): the
   // primitive is the plain one and the ReLU runs as a pass after it.
