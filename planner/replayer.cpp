@@ -235,4 +235,15 @@ StepPrediction replay_step(const ModelDesc& model, const std::vector<ReplayRank>
   return out;
 }
 
+RankPrediction replay_profile_fp32_step(const ModelDesc& model, const DeviceProfile& p, int world_size,
+                                        int64_t bucket_bytes) {
+  if (world_size < 1) throw std::invalid_argument("replay_profile_fp32_step: a world has at least one rank");
+  DeviceProfile parts = p;
+  parts.step_overhead_seconds = 0;
+  parts.step_overhead_bytes = 0;
+  ReplayRank whole{&parts, plan_uniform(model, LayerPrecision::FP32)};
+  whole.plan.local_batch = p.batch;
+  return replay_step(model, std::vector<ReplayRank>(size_t(world_size), whole), CommProfile{}, bucket_bytes).ranks.at(0);
+}
+
 }  // namespace qsync

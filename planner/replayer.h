@@ -47,6 +47,14 @@ struct StepPrediction {
 StepPrediction replay_step(const ModelDesc& model, const std::vector<ReplayRank>& ranks, const CommProfile& comm,
                            int64_t bucket_bytes);
 
+// The replayer's own account of a whole uniform FP32 step of profile `p` at its batch, without its
+// residual (DeviceProfile::step_overhead_seconds), replayed in a world of `world_size` ranks
+// alike: the world the profiler measured it in, where the step also copied its gradients into the
+// all-reduce buckets, which the replay charges on its own. The profiler's residual is the
+// measured FP32 step (compute and optimizer) less this prediction's compute_seconds.
+RankPrediction replay_profile_fp32_step(const ModelDesc& model, const DeviceProfile& p, int world_size,
+                                        int64_t bucket_bytes);
+
 // Ranks that share CPUs: planner/shared_cpu_model.h turns this step into theirs.
 
 }  // namespace qsync

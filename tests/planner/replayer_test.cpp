@@ -2,8 +2,9 @@
 // Tests of planner/replayer.h against hand-computed small graphs: gradient buckets, the first
 // bucket's all-reduce overlapping backward, a slow rank delaying the sync while the fast one
 // waits the difference, one rank without sync, memory = static + saved (scaled to the local
-// batch) + weight copies, the profile's step residual, the gradient copies into and out of the
-// buckets, planned precisions' costs, and the errors for a missing precision.
+// batch) + weight copies, the profile's step residual (and its FP32 step replayed in its world),
+// the gradient copies into and out of the buckets, planned precisions' costs, and the errors for
+// a missing precision.
 #include "planner/replayer.h"
 
 #include <gtest/gtest.h>
@@ -200,6 +201,25 @@ TEST(Replayer, TheStepResidualComesBeforeTheFirstLayerAndScalesWithTheBatch) {
   // At batch 8 the residual doubles with the rest.
   EXPECT_DOUBLE_EQ(replay_step(two_layer(), {rank_of(p, 8)}, comm(0, 0), 144).ranks[0].compute_seconds,
                    2 * 10 + 0.5 + 3.0);
+}
+
+// The profiler's residual is the measured FP32 step less this replay of it in the world it was
+// measured in: with the gradient copies into the buckets of a world of two (charged by the replay
+// on its own), so a world's FP32 prediction gives back the step it was fitted to, not that step
+// plus the copies once more.
+TEST(Replayer, TheProfilesFp32StepIsReplayedInItsWorldWithTheBucketCopies) {
+  DeviceProfile p = two_layer_profile(1, 4);
+  p.casts[{Precision::FP32, Precision::FP32}] = LinearCost{0.01, 0};  // 172 gradients: 1.72 s
+  p.step_overhead_seconds = 7;  // left out of the replay
+  const RankPrediction alone = replay_profile_fp32_step(two_layer(), p, 1, 25ll << 20);
+  EXPECT_DOUBLE_EQ(alone.compute_seconds, 10.5);
+  const RankPrediction pair = replay_profile_fp32_step(two_layer(), p, 2, 25ll << 20);
+  EXPECT_DOUBLE_EQ(pair.compute_seconds, 10.5 + 1.72);
+  const double measured = 13.0;  // a world-of-two FP32 step (compute and optimizer)
+  p.step_overhead_seconds = measured - pair.compute_seconds;
+  const StepPrediction s = replay_step(two_layer(), {rank_of(p, 4), rank_of(p, 4)}, comm(0, 0), 25ll << 20);
+  EXPECT_DOUBLE_EQ(s.ranks[0].compute_seconds, measured);
+  expect_error<std::invalid_argument>([&] { replay_profile_fp32_step(two_layer(), p, 0, 25ll << 20); }, {"one rank"});
 }
 
 TEST(Replayer, MemoryIsStaticPlusSavedAtTheLocalBatchPlusWeightCopies) {
