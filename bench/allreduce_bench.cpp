@@ -3,7 +3,10 @@
 // size, between N local ranks over loopback TCP (forked processes). Not a test: medians of
 // repeated calls. Bus bandwidth = bytes * 2(N-1)/N / time, the ring's per-link traffic.
 // --comm-profile FILE writes the planner's communication profile (planner/device_profile.h):
-// seconds = alpha + beta * bytes fitted to relative errors (fit_linear_cost_relative) over the medians.
+// seconds = alpha + beta * bytes fitted to relative errors (fit_linear_cost_relative) over the medians,
+// with the ranks arriving together; then the same sizes from 64 KiB up on the last rank to arrive,
+// its peers idle in the call for twice the time together, fitted likewise (late_alpha,
+// late_beta: the replayer's cost of a straggler's all-reduce), and a small one (late_sync_seconds).
 // --link SPEC (worker/dist/link_model.h, e.g. 50us,10GB/s) also times every size through a second
 // Gloo instance wrapped in the slow-link emulation, so the table shows the emulated link beside
 // loopback (and the model's own figure); the comm profile is then fitted to the emulated column.
@@ -60,14 +63,16 @@ double median_all_reduce_seconds(qsync::Collectives& coll, std::vector<float>& d
   return t[t.size() / 2];
 }
 
-// Median seconds of a small all-reduce on the rank that arrives last, after its peers have idled
-// in the call for `skew` (it computes meanwhile): the wake-up latency of a synchronization point
-// whose participants arrive apart, as a training step's do (its idle peers must be woken). Before
-// Gloo's event-loop thread left SCHED_OTHER (worker/dist/collectives_gloo.cpp) this cost 4.9 ms on
-// 2 pinned ranks, a scheduler tick of the loop thread spinning; now about 0.1-0.2 ms. The late
-// rank rotates every call.
-double median_late_arrival_seconds(qsync::Collectives& coll, int rank, int ranks, std::chrono::microseconds skew, int reps) {
-  std::vector<float> data(8, 1.0f);
+// Median seconds of an all-reduce of `floats` values on the rank that arrives last, after its
+// peers have idled in the call for `skew` (it computes meanwhile). Small: the wake-up latency of a
+// synchronization point whose participants arrive apart, as a training step's do (its idle peers
+// must be woken). Before Gloo's event-loop thread left SCHED_OTHER
+// (worker/dist/collectives_gloo.cpp) this cost 4.9 ms on 2 pinned ranks, a scheduler tick of the
+// loop thread spinning; now about 0.1-0.2 ms. Large: less than together, the peers having sent
+// their parts meanwhile. The late rank rotates every call.
+double median_late_arrival_seconds(qsync::Collectives& coll, int rank, int ranks, int64_t floats,
+                                   std::chrono::microseconds skew, int reps) {
+  std::vector<float> data(size_t(floats), 1.0f);
   std::vector<double> t;
   for (int r = 0; r < reps * ranks; ++r) {
     coll.barrier();
@@ -84,6 +89,10 @@ double median_late_arrival_seconds(qsync::Collectives& coll, int rank, int ranks
   std::sort(t.begin(), t.end());
   return t[t.size() / 2];
 }
+
+// The smallest all-reduce whose cost on a late arrival is measured for CommProfile::late_alpha
+// and late_beta (below it the wake-up latency, late_sync_seconds, is what counts).
+constexpr int64_t LATE_MIN_BYTES = 64 << 10;
 
 double bus_gbps(int64_t bytes, int ranks, double seconds) { return double(bytes) * 2.0 * (ranks - 1) / ranks / seconds * 1e-9; }
 
@@ -120,8 +129,21 @@ int run_rank(int rank, int ranks, int port, int reps, int64_t max_bytes, const q
     coll->all_reduce_sum(&v, 1);
     return v / ranks;
   };
-  const double late_sync = mean_over_ranks(median_late_arrival_seconds(*coll, rank, ranks, std::chrono::milliseconds(3), reps));
-  if (rank == 0) std::ofstream(out_path + ".late") << nlohmann::json{{"late_sync_seconds", late_sync}}.dump();
+  const double late_sync =
+      mean_over_ranks(median_late_arrival_seconds(*coll, rank, ranks, 8, std::chrono::milliseconds(3), reps));
+  // From 64 KiB up (over loopback only), each size after its peers idled for twice its time
+  // together, at least 3 ms: long enough for them to send what they can before the last arrives.
+  nlohmann::json late_rows = nlohmann::json::array();
+  for (const auto& row : rows) {
+    const int64_t bytes = row["bytes"].get<int64_t>();
+    if (bytes < LATE_MIN_BYTES || link.enabled()) continue;
+    const auto skew = std::max<std::chrono::microseconds>(
+        std::chrono::milliseconds(3), std::chrono::microseconds(int64_t(2e6 * row["median_seconds"].get<double>())));
+    const double late = mean_over_ranks(median_late_arrival_seconds(*coll, rank, ranks, bytes / 4, skew, reps));
+    late_rows.push_back({{"bytes", bytes}, {"median_seconds", late}});
+  }
+  if (rank == 0)
+    std::ofstream(out_path + ".late") << nlohmann::json{{"late_sync_seconds", late_sync}, {"rows", late_rows}}.dump();
   if (rank == 0) std::ofstream(out_path) << rows.dump();
   return 0;
 }
@@ -226,6 +248,14 @@ int main(int argc, char** argv) {
   }
   std::printf("ranks arriving apart (%s): a small all-reduce costs the last rank %.1f us after its peers idled 3 ms\n",
               cpus.per_rank.empty() ? "not pinned" : "each rank on a CPU of its own", late["late_sync_seconds"].get<double>() * 1e6);
+  std::vector<int64_t> late_bytes;
+  std::vector<double> late_seconds;
+  for (const auto& r : late["rows"]) {
+    late_bytes.push_back(r["bytes"].get<int64_t>());
+    late_seconds.push_back(r["median_seconds"].get<double>());
+    std::printf("  %12lld bytes: %9.1f us on the last rank, its peers idle for twice the time together\n",
+                (long long)late_bytes.back(), late_seconds.back() * 1e6);
+  }
   if (!json_path.empty()) {
     std::ofstream(json_path) << nlohmann::json{{"ranks", ranks}, {"link", link.describe()}, {"rows", rows}}.dump(2)
                              << "\n";
@@ -243,13 +273,20 @@ int main(int argc, char** argv) {
     c.alpha = fit.b;
     c.beta = fit.a;
     c.late_sync_seconds = late["late_sync_seconds"].get<double>();
+    if (late_bytes.size() >= 2) {
+      const qsync::LinearCost late_fit = qsync::fit_linear_cost_relative(late_bytes, late_seconds);
+      c.late_alpha = std::max(0.0, late_fit.b);
+      c.late_beta = std::max(0.0, late_fit.a);
+    }
     c.source = "measured: Gloo all-reduce (sum, fp32) of " + std::to_string(ranks) +
                " ranks over loopback TCP, event loop " + qsync::gloo_loop_policy_name(loop) +
                (link.enabled() ? " through the emulated link " + link.describe() : std::string()) + ", median of " + std::to_string(reps) + " per size, 4 B to " +
-               std::to_string(max_mib) + " MiB, least squares of relative errors";
+               std::to_string(max_mib) + " MiB, least squares of relative errors" +
+               (c.late_beta > 0 ? "; on a late arrival from 64 KiB up likewise" : "");
     qsync::comm_profile_write(comm_path, c);
-    std::printf("comm profile: alpha %.1f us, beta %.3f ns/byte (%.2f GB/s) -> %s\n", c.alpha * 1e6, c.beta * 1e9,
-                c.beta > 0 ? 1e-9 / c.beta : 0.0, comm_path.c_str());
+    std::printf("comm profile: alpha %.1f us, beta %.3f ns/byte (%.2f GB/s); a late arrival: alpha %.1f us, beta "
+                "%.3f ns/byte -> %s\n", c.alpha * 1e6, c.beta * 1e9, c.beta > 0 ? 1e-9 / c.beta : 0.0, c.late_alpha * 1e6,
+                c.late_beta * 1e9, comm_path.c_str());
   }
   return 0;
 }

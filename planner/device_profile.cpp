@@ -111,7 +111,8 @@ void check_version(const json& j, const char* kind, const std::string& source_na
 
 json comm_to_json(const CommProfile& p) {
   return {{"kind", COMM_KIND}, {"version", p.version}, {"world_size", p.world_size}, {"alpha", p.alpha},
-          {"beta", p.beta}, {"late_sync_seconds", p.late_sync_seconds}, {"estimated", p.estimated}, {"source", p.source}};
+          {"beta", p.beta}, {"late_sync_seconds", p.late_sync_seconds}, {"late_alpha", p.late_alpha},
+          {"late_beta", p.late_beta}, {"estimated", p.estimated}, {"source", p.source}};
 }
 
 double log_batch_distance(int64_t a, int64_t b) { return std::fabs(std::log(double(a) / double(b))); }
@@ -224,6 +225,8 @@ CommProfile comm_profile_from_json(const std::string& text, const std::string& p
     p.alpha = j.at("alpha").get<double>();
     p.beta = j.at("beta").get<double>();
     p.late_sync_seconds = j.value("late_sync_seconds", 0.0);
+    p.late_alpha = j.value("late_alpha", 0.0);
+    p.late_beta = j.value("late_beta", 0.0);
     p.estimated = j.value("estimated", false);
     p.source = j.value("source", std::string());
   } catch (const json::exception& e) {

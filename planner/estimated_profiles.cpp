@@ -283,6 +283,8 @@ CommProfile comm_profile_rescaled(const CommProfile& measured, int world_size) {
   c.alpha = measured.alpha * (n - 1) / (m - 1);
   c.beta = measured.beta * ((n - 1) / n) / ((m - 1) / m);
   c.late_sync_seconds = measured.late_sync_seconds * (n - 1) / (m - 1);  // latency-bound, as alpha
+  c.late_alpha = measured.late_alpha * (n - 1) / (m - 1);
+  c.late_beta = measured.late_beta * ((n - 1) / n) / ((m - 1) / m);
   c.estimated = true;
   c.source = measured.source + " (rescaled from " + std::to_string(measured.world_size) + " to " +
              std::to_string(world_size) + " ranks by the ring's step and traffic factors)";

@@ -58,10 +58,12 @@ RankTimeline rank_timeline(const std::vector<double>& forward, const std::vector
                            const std::vector<GradientBucket>& buckets);
 
 // The end of the last all-reduce: bucket k starts at max(ready[k], end of bucket k-1) and takes
-// comm.seconds(bytes). `ready` is per bucket (for several ranks: the max over ranks). 0 when
-// there are no buckets.
+// comm.seconds(bytes). `ready` is per bucket (for several ranks: the max over ranks). With
+// `peers_ready` (per bucket, the second latest over the ranks) a bucket whose last rank came
+// after its peers had waited for it takes comm.seconds_after(bytes, how long they waited). 0
+// when there are no buckets.
 double allreduce_chain_end(const std::vector<double>& ready, const std::vector<GradientBucket>& buckets,
-                           const CommProfile& comm);
+                           const CommProfile& comm, const std::vector<double>* peers_ready = nullptr);
 
 // E[max_r X_r] for independent X_r ~ N(mean[r], sd[r]^2), by Clark's moment matching (exact for
 // two variables; the standard approximation beyond, folding one variable in at a time). With

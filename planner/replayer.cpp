@@ -12,7 +12,8 @@
 //
 // Gradients: a leaf's parameters are ready when its backward ends; buckets (replay_timeline.h)
 // are all-reduced on a communication stream: bucket k starts at max(every rank's ready time of k,
-// end of bucket k-1) and lasts comm.seconds(bytes) (one rank: no all-reduce, as the worker).
+// end of bucket k-1) and lasts comm.seconds(bytes) (one rank: no all-reduce, as the worker), or
+// less when its last rank arrives after the others had waited (comm.seconds_after).
 // With several ranks the compute thread copies each bucket's gradients in when the bucket is
 // complete (part of its last leaf's backward) and all of them back out after the last all-reduce
 // (gradient_copy_seconds). The optimizer runs after that, then the step's small stats all-reduce
@@ -29,6 +30,7 @@
 // Pools whose ranks share CPUs: planner/shared_cpu_model.h.
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <stdexcept>
 
 #include "planner/plan_file.h"
@@ -147,9 +149,14 @@ RankTimeline rank_timeline(const std::vector<double>& forward, const std::vector
 }
 
 double allreduce_chain_end(const std::vector<double>& ready, const std::vector<GradientBucket>& buckets,
-                           const CommProfile& comm) {
+                           const CommProfile& comm, const std::vector<double>* peers_ready) {
   double end = 0;
-  for (size_t k = 0; k < buckets.size(); ++k) end = std::max(end, ready[k]) + comm.seconds(buckets[k].bytes);
+  for (size_t k = 0; k < buckets.size(); ++k) {
+    // The peers wait from their arrival, or from the end of the bucket before (their links busy
+    // until then), to the last rank's arrival.
+    const double lead = peers_ready == nullptr ? 0.0 : ready[k] - std::max(end, (*peers_ready)[k]);
+    end = std::max(end, ready[k]) + comm.seconds_after(buckets[k].bytes, lead);
+  }
   return end;
 }
 
@@ -190,7 +197,7 @@ StepPrediction replay_step(const ModelDesc& model, const std::vector<ReplayRank>
 
   std::vector<LeafCosts> costs;
   std::vector<RankTimeline> lines;
-  std::vector<double> ready(buckets.size(), 0.0), jitter;
+  std::vector<double> ready(buckets.size(), 0.0), peers_ready(buckets.size(), 0.0), jitter;
   for (size_t r = 0; r < ranks.size(); ++r) {
     if (ranks[r].profile == nullptr) throw std::invalid_argument("rank " + std::to_string(r) + " has no device profile");
     if (ranks[r].plan.local_batch <= 0)
@@ -199,9 +206,18 @@ StepPrediction replay_step(const ModelDesc& model, const std::vector<ReplayRank>
     jitter.push_back(scaled.step_jitter);
     costs.push_back(leaf_costs(leaves, scaled, ranks[r].plan, r, buckets));
     lines.push_back(rank_timeline(costs.back().forward, costs.back().backward, buckets));
-    for (size_t k = 0; k < buckets.size(); ++k) ready[k] = std::max(ready[k], lines.back().bucket_ready[k]);
+    for (size_t k = 0; k < buckets.size(); ++k) {  // the latest arrival and the one before it
+      const double t = lines.back().bucket_ready[k];
+      if (r == 0) {
+        ready[k] = t;
+        peers_ready[k] = -std::numeric_limits<double>::infinity();
+        continue;
+      }
+      peers_ready[k] = std::max(peers_ready[k], std::min(ready[k], t));
+      ready[k] = std::max(ready[k], t);
+    }
   }
-  const double sync_end = allreduce_chain_end(ready, buckets, comm);
+  const double sync_end = allreduce_chain_end(ready, buckets, comm, ranks.size() > 1 ? &peers_ready : nullptr);
 
   StepPrediction out;
   double slowest_end = 0;

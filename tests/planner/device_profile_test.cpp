@@ -290,11 +290,15 @@ TEST(ProfileStore, CommMeasuredRescaledOrEstimated) {
   c.world_size = 2;
   c.alpha = 1e-4;
   c.beta = 2e-10;
+  c.late_alpha = 5e-5;
+  c.late_beta = 1.2e-10;
   c.source = "measured: test";
   comm_profile_write(dir.file("comm.json"), c);
   const CommProfile back = comm_profile_load(dir.file("comm.json"));
   EXPECT_EQ(back.alpha, c.alpha);
   EXPECT_EQ(back.beta, c.beta);
+  EXPECT_EQ(back.late_alpha, c.late_alpha);
+  EXPECT_EQ(back.late_beta, c.late_beta);
   EXPECT_EQ(back.world_size, 2);
   EXPECT_FALSE(back.estimated);
   const ProfileStore store(dir.path().string());
@@ -302,7 +306,15 @@ TEST(ProfileStore, CommMeasuredRescaledOrEstimated) {
   const CommProfile four = store.comm(4);  // ring: 3x the steps, (3/4)/(1/2) the traffic
   EXPECT_DOUBLE_EQ(four.alpha, 3 * c.alpha);
   EXPECT_DOUBLE_EQ(four.beta, 1.5 * c.beta);
+  EXPECT_DOUBLE_EQ(four.late_alpha, 3 * c.late_alpha);
+  EXPECT_DOUBLE_EQ(four.late_beta, 1.5 * c.late_beta);
   EXPECT_TRUE(four.estimated);
+  // A profile from before the late costs were measured loads with none (the time together).
+  const CommProfile old = comm_profile_from_json(
+      "{\"kind\": \"qsync-comm-profile\", \"version\": 1, \"world_size\": 2, \"alpha\": 1e-4, \"beta\": 2e-10}", "old");
+  EXPECT_EQ(old.late_alpha, 0);
+  EXPECT_EQ(old.late_beta, 0);
+  EXPECT_DOUBLE_EQ(old.seconds_after(1 << 20, 1.0), old.seconds(1 << 20));
   const CommProfile est = ProfileStore("").comm(4);
   EXPECT_TRUE(est.estimated);
   EXPECT_GT(est.alpha, 0);

@@ -116,6 +116,40 @@ TEST(Replayer, SlowRankDelaysTheSyncAndTheFastOneWaitsTheDifference) {
   EXPECT_NEAR(s.step_seconds, 23.076, 1e-12);
 }
 
+// A straggler's all-reduce: its peers, waiting since they arrived, have sent their parts, so it
+// costs the measured late cost once they waited as long as the all-reduce takes together, and
+// between the two for a shorter lead. A bucket queued behind the one before finds every rank
+// waiting for the link, and takes the time together.
+TEST(Replayer, ALateArrivalsAllReduceCostsTheLateCostByItsLead) {
+  const DeviceProfile fast = two_layer_profile(1), slow = two_layer_profile(2);
+  CommProfile c = comm(1, 0.001);  // together: 1.144 s (144 B) and 1.544 s (544 B)
+  c.late_alpha = 0.5;
+  c.late_beta = 0.0005;  // late: 0.572 and 0.772
+  // Buckets ready at 12 and 20 on the slow rank, 6 and 10 on the fast one: leads of 6 and of
+  // 20 - max(12.572, 10), both longer than together.
+  EXPECT_NEAR(replay_step(two_layer(), {rank_of(fast, 4), rank_of(slow, 4)}, c, 144).allreduce_end_seconds,
+              20 + 0.772, 1e-12);
+  EXPECT_NEAR(c.seconds_after(544, 0.0), 1.544, 1e-12);
+  EXPECT_NEAR(c.seconds_after(544, 0.772), 1.544 - 0.772 * 0.5, 1e-12);
+  EXPECT_NEAR(c.seconds_after(544, 5.0), 0.772, 1e-12);
+  // A lead of 0.5 s (the second rank's residual): 1.144 - 0.572 * 0.5 / 1.144, then 1.544 - 0.25.
+  DeviceProfile later = two_layer_profile(1);
+  later.step_overhead_seconds = 0.5;
+  EXPECT_NEAR(replay_step(two_layer(), {rank_of(fast, 4), rank_of(later, 4)}, c, 144).allreduce_end_seconds,
+              10.5 + 1.294, 1e-12);
+  // Ranks arriving together, or a profile that did not measure it: the time together.
+  EXPECT_NEAR(replay_step(two_layer(), {rank_of(fast, 4), rank_of(fast, 4)}, c, 144).allreduce_end_seconds, 11.544,
+              1e-12);
+  EXPECT_NEAR(replay_step(two_layer(), {rank_of(fast, 4), rank_of(slow, 4)}, comm(1, 0.001), 144).allreduce_end_seconds,
+              21.544, 1e-12);
+  // 15 s together, 1 s late: bucket 0 after a lead of 6 takes 15 - 14 * 6 / 15 = 9.4 (to 21.4);
+  // bucket 1, ready at 20, queues behind it and takes 15.
+  CommProfile slow_link = comm(15, 0);
+  slow_link.late_alpha = 1;
+  EXPECT_NEAR(replay_step(two_layer(), {rank_of(fast, 4), rank_of(slow, 4)}, slow_link, 144).allreduce_end_seconds,
+              21.4 + 15, 1e-12);
+}
+
 TEST(Replayer, OneRankDoesNotSynchronize) {
   const DeviceProfile p = two_layer_profile(1);
   const StepPrediction s = replay_step(two_layer(), {rank_of(p, 4)}, comm(1, 0.001), 144);
