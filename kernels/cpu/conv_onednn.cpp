@@ -113,11 +113,11 @@ int weights_input(const ConvOnednnCall& call) {
   return call.op == ConvOnednnOp::BACKWARD_DATA && call.type == Precision::INT8 ? 0 : 1;
 }
 
+constexpr const memory* NONE_PREPARED[2] = {nullptr, nullptr};
+
 // Runs a supported call; `prepared`: per input, that input already in the primitive's layout
 // (dy shared by the two backward convolutions, INT8 weights shared by a call's runs of samples),
 // or nullptr.
-constexpr const memory* NONE_PREPARED[2] = {nullptr, nullptr};
-
 void run_call(const ConvOnednnCall& call, const memory* const prepared[2]) {
   const ConvPrimitive& p = cached_primitive(call);
   dnnl::engine& eng = onednn_cpu_engine();
@@ -202,15 +202,15 @@ struct SampleRuns {
 };
 
 // Runs `call` on the samples of `runs`, one oneDNN call per run; in_bytes and out_floats: a
-// sample's input (s8) and output (FP32) sizes. The weights are reordered into the first run's
-// layout once, and handed to every run whose primitive wants that layout (the runs differ only
-// in their sample count, which rarely changes it): on cpu-avx2 the zoo CNN's conv4 reordered its
+// sample's input (s8) and output (FP32) sizes. The weights are reordered once, into the layout of
+// the first run that wants them reordered, and handed to every run whose primitive wants that
+// layout (the runs differ only in their sample count, which rarely changes it): on cpu-avx2 the zoo CNN's conv4 reordered its
 // 37 K weights (with their compensation sums) seven times a step each way, 0.5 ms in all.
 void run_sample_runs(const ConvOnednnCall& call, const SampleRuns& runs, int64_t in_bytes, int64_t out_floats) {
   const bool forward = call.op == ConvOnednnOp::FORWARD;
   const int64_t written = call.pool ? call.shape.o * (call.shape.oh / 2) * (call.shape.ow / 2) : out_floats;
   const int wi = weights_input(call);
-  memory weights;  // the weights in the first run's layout, when it reorders them
+  memory weights;  // the weights in the layout of the first run that reorders them
   for (int64_t i = 0; i < runs.pieces; ++i) {
     const int64_t s0 = runs.begin(i);
     ConvOnednnCall c = call;
@@ -221,13 +221,14 @@ void run_sample_runs(const ConvOnednnCall& call, const SampleRuns& runs, int64_t
     if (call.pool_argmax != nullptr) c.pool_argmax = call.pool_argmax + s0 * written;
     const ConvPrimitive& p = cached_primitive(c);
     const memory* prepared[2] = {nullptr, nullptr};
-    if (p.in_reordered[wi] && i == 0) {
-      dnnl::engine& eng = onednn_cpu_engine();
-      weights = memory(p.in_prim[wi], eng, thread_buffer(W_PREPARED).get(p.in_prim[wi].get_size()));
-      run_reorder(p.in_reorder[wi], thread_stream(), memory(p.in_user[wi], eng, const_cast<void*>(c.w)),
-                  weights);
+    if (p.in_reordered[wi]) {
+      if (!weights) {  // the first run that reorders them
+        dnnl::engine& eng = onednn_cpu_engine();
+        weights = memory(p.in_prim[wi], eng, thread_buffer(W_PREPARED).get(p.in_prim[wi].get_size()));
+        run_reorder(p.in_reorder[wi], thread_stream(), memory(p.in_user[wi], eng, const_cast<void*>(c.w)), weights);
+      }
+      if (weights.get_desc() == p.in_prim[wi]) prepared[wi] = &weights;
     }
-    if (p.in_reordered[wi] && weights && weights.get_desc() == p.in_prim[wi]) prepared[wi] = &weights;
     run_call(c, prepared);
   }
 }
