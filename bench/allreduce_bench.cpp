@@ -285,8 +285,9 @@ int main(int argc, char** argv) {
                (c.late_beta > 0 ? "; on a late arrival from 64 KiB up likewise" : "");
     qsync::comm_profile_write(comm_path, c);
     std::printf("comm profile: alpha %.1f us, beta %.3f ns/byte (%.2f GB/s); a late arrival: alpha %.1f us, beta "
-                "%.3f ns/byte -> %s\n", c.alpha * 1e6, c.beta * 1e9, c.beta > 0 ? 1e-9 / c.beta : 0.0, c.late_alpha * 1e6,
-                c.late_beta * 1e9, comm_path.c_str());
+                "%.3f ns/byte -> %s\n",
+                c.alpha * 1e6, c.beta * 1e9, c.beta > 0 ? 1e-9 / c.beta : 0.0, c.late_alpha * 1e6, c.late_beta * 1e9,
+                comm_path.c_str());
   }
   return 0;
 }
