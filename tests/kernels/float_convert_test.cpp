@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "kernels/cpu_isa.h"
+#include "tests/kernels/isa_levels.h"
 
 namespace qsync {
 namespace {
@@ -23,19 +24,8 @@ namespace {
 uint32_t bits_of(float x) { return std::bit_cast<uint32_t>(x); }
 float from_bits(uint32_t b) { return std::bit_cast<float>(b); }
 
-// The ISA levels to run the vectorized code at: scalar plus each one the machine has.
-std::vector<CpuIsa> isa_levels() {
-  std::vector<CpuIsa> levels{CpuIsa::SCALAR};
-  for (CpuIsa isa : {CpuIsa::AVX2, CpuIsa::AVX512, CpuIsa::AVX512_BF16, CpuIsa::AMX}) {
-    if (cpu_isa_detected() >= isa) levels.push_back(isa);
-  }
-  return levels;
-}
-
-struct IsaCap {  // caps the ISA for one scope; the default cap (none: AMX) comes back after
-  explicit IsaCap(CpuIsa isa) { cpu_isa_set_cap(isa); }
-  ~IsaCap() { cpu_isa_set_cap(CpuIsa::AMX); }
-};
+using testing::isa_levels;
+using testing::IsaCap;
 
 // FP32 inputs that hit every code path: specials, format boundaries, exact ties at every
 // rounding position, random bit patterns (NaN payloads, subnormals) and ordinary values.

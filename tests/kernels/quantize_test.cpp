@@ -19,22 +19,13 @@
 
 #include "kernels/cpu_isa.h"
 #include "kernels/float_convert.h"
+#include "tests/kernels/isa_levels.h"
 
 namespace qsync {
 namespace {
 
-std::vector<CpuIsa> isa_levels() {
-  std::vector<CpuIsa> levels{CpuIsa::SCALAR};
-  for (CpuIsa isa : {CpuIsa::AVX2, CpuIsa::AVX512, CpuIsa::AVX512_BF16, CpuIsa::AMX}) {
-    if (cpu_isa_detected() >= isa) levels.push_back(isa);
-  }
-  return levels;
-}
-
-struct IsaCap {  // caps the ISA for one scope; the default cap (none: AMX) comes back after
-  explicit IsaCap(CpuIsa isa) { cpu_isa_set_cap(isa); }
-  ~IsaCap() { cpu_isa_set_cap(CpuIsa::AMX); }
-};
+using testing::isa_levels;
+using testing::IsaCap;
 
 std::vector<float> normal_floats(size_t n, float sigma, uint64_t seed) {
   std::mt19937_64 rng(seed);

@@ -18,6 +18,7 @@
 
 #include "kernels/cpu_isa.h"
 #include "kernels/float_convert.h"
+#include "tests/kernels/isa_levels.h"
 #include "worker/loss_scale.h"
 #include "worker/ops/cpu/cpu_kernels.h"
 #include "worker/ops/cpu/vector_math.h"
@@ -170,13 +171,9 @@ TEST(CpuOps, GeluVectorMatchesItsReferenceBitExact) {
                   std::numeric_limits<float>::quiet_NaN()})
     v.push_back(s);
   const int64_t total = int64_t(v.size());
-  struct IsaCap {  // caps the ISA for one scope; the default cap (none: AMX) comes back after
-    explicit IsaCap(CpuIsa isa) { cpu_isa_set_cap(isa); }
-    ~IsaCap() { cpu_isa_set_cap(CpuIsa::AMX); }
-  };
   for (CpuIsa isa : {CpuIsa::SCALAR, CpuIsa::AVX2, CpuIsa::AVX512}) {
     if (cpu_isa_detected() < isa) continue;
-    IsaCap cap(isa);
+    testing::IsaCap cap(isa);
     for (int64_t n : {int64_t{1}, int64_t{15}, int64_t{17}, total}) {
       SCOPED_TRACE(std::string(cpu_isa_name(isa)) + " n = " + std::to_string(n));
       const float* x = v.data() + (total - n);  // the special values are at the end
