@@ -1,6 +1,7 @@
 // File: worker/op_time_table.h
-// An OpTimer that sums the seconds of every op of a run ("conv2.forward", "conv2.gemm_forward",
-// "conv2.cast_x", ...) and prints them as a table: where a step's time goes, per layer.
+// An OpTimer that sums the seconds of every op it is handed ("conv2.forward", "conv2.gemm_forward",
+// "conv2.cast_x", ...) and prints them as a table: where a step's time goes, per layer. The
+// trainer hands it the training steps after a run's first (--op-times).
 // Layer totals (".forward"/".backward") include their sub-ops (".gemm_*", ".cast_*").
 #pragma once
 

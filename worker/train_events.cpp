@@ -136,6 +136,12 @@ void train_summary_write_json(const TrainSummary& s, const std::string& path) {
       {"plan", s.plan_summary},
       {"losses", s.losses},
   };
+  if (!s.op_times.empty()) {  // --op-times: milliseconds and calls per step, over op_time_steps
+    nlohmann::json ops = nlohmann::json::object();
+    for (const auto& [op, t] : s.op_times) ops[op] = {{"ms_per_step", t.first * 1e3}, {"calls_per_step", t.second}};
+    j["op_times"] = ops;
+    j["op_time_steps"] = s.op_time_steps;
+  }
   atomic_file_write(path, j.dump(2) + "\n");
 }
 

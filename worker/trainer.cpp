@@ -156,7 +156,6 @@ TrainSummary train_run_reporting(const TrainConfig& c, TerminationReport& report
   ctx.ops = &ops;
   ctx.memory = &memory;
   ctx.seed = c.seed;
-  if (c.op_times) ctx.timer = &op_table;
   set_sixteen_bit_for(device, ctx);
   std::unique_ptr<Collectives> nccl;
   std::unique_ptr<GradientSync> sync;
@@ -198,6 +197,8 @@ TrainSummary train_run_reporting(const TrainConfig& c, TerminationReport& report
       const auto t0 = std::chrono::steady_clock::now();
       ctx.step = step;
       ctx.training = true;
+      // --op-times: training steps after this run's first (it creates oneDNN's primitives).
+      ctx.timer = c.op_times && step > s.start_step ? &op_table : nullptr;
       const StepOutcome out = step_runner.run(ctx, loss_divisor);
       skipped_steps += out.skipped ? 1 : 0;
       const auto t_stats = std::chrono::steady_clock::now();
@@ -229,6 +230,7 @@ TrainSummary train_run_reporting(const TrainConfig& c, TerminationReport& report
       if (c.weight_hash_every > 0 && world > 1 && (step + 1) % c.weight_hash_every == 0)
         check_weights_agree(model, *coll, step + 1);
       if (rank == 0 && c.eval_every > 0 && (step + 1) % c.eval_every == 0 && step + 1 < total_steps) {
+        ctx.timer = nullptr;  // the op times are the training steps'
         const EvalResult e = evaluate(model, *data, ctx, step_runner);
         events.eval(step + 1, e);
       }
@@ -263,7 +265,14 @@ TrainSummary train_run_reporting(const TrainConfig& c, TerminationReport& report
   s.skipped_steps = skipped_steps;
   s.final_loss_scale = scaler.enabled() ? scaler.state().scale : 0.0;
   s.weight_hash = model.weight_hash();
-  if (c.op_times) events.message("time per op (training steps of this run):\n" + op_table.format(s.steps - s.start_step));
+  if (c.op_times) {
+    s.op_time_steps = std::max<int64_t>(0, s.steps - s.start_step - 1);
+    for (const auto& [op, t] : op_table.totals())
+      s.op_times[op] = {t.first / double(s.op_time_steps), double(t.second) / double(s.op_time_steps)};
+    events.message("time per op (the " + std::to_string(s.op_time_steps) +
+                   " training steps of this run after its first, evaluations excluded):\n" +
+                   op_table.format(s.op_time_steps));
+  }
 
   ctx.timer = nullptr;
   if (rank == 0 && !s.stopped_early) {

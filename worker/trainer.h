@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -105,6 +106,11 @@ struct TrainSummary {
   int64_t first_step_minor_page_faults = 0;
   std::vector<double> losses;  // per step trained in this run
   std::string plan_summary;    // "conv1=int8 conv2=fp32 ..."
+  // --op-times: each op's mean seconds and calls per training step over op_time_steps, the steps
+  // after the first of this run (its oneDNN primitives are created then); evaluations excluded.
+  // Empty without --op-times.
+  std::map<std::string, std::pair<double, double>> op_times;  // op -> (seconds, calls) per step
+  int64_t op_time_steps = 0;
 };
 
 // Trains; in a data-parallel job every rank calls this with its own rank. Throws on bad input,

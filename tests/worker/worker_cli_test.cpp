@@ -222,6 +222,35 @@ TEST(WorkerCli, HappyPathWritesSummaryJson) {
   EXPECT_GT(j["samples_per_second"].get<double>(), 0.0);
   EXPECT_GT(j["median_step_seconds"].get<double>(), 0.0);
   EXPECT_GT(j["peak_memory_bytes"].get<int64_t>(), 0);
+  EXPECT_FALSE(j.contains("op_times")) << "op times without --op-times";
+}
+
+// --op-times: the summary's per-op table covers the training steps after the run's first (which
+// creates the GEMM primitives) and none of the evaluations between them: each layer's forward
+// once a step. Until 2026-12-07 the evaluations' forwards were counted (1.8 calls a step here).
+TEST(WorkerCli, OpTimesCoverTheTrainingStepsAfterTheFirst) {
+  if (!fashion_mnist_installed()) GTEST_SKIP() << "dataset-fashion-mnist is not installed";
+  TempDir dir;
+  const std::string summary = dir.file("summary.json");
+  const RunResult r = run_worker({"--model", "mlp", "--steps", "6", "--batch", "16", "--eval-every", "2", "--eval-limit",
+                                  "64", "--op-times", "--quiet", "--summary-json", summary},
+                                 dir);
+  ASSERT_TRUE(r.exited) << "killed by signal " << -r.code << "; stderr:\n" << r.err;
+  ASSERT_EQ(r.code, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(read_file(summary));
+  ASSERT_TRUE(j.contains("op_times")) << j.dump(2);
+  EXPECT_EQ(j["op_time_steps"].get<int64_t>(), 5);
+  const nlohmann::json& ops = j["op_times"];
+  for (const char* layer : {"fc1", "fc2", "fc3"}) {
+    for (const std::string op : {".forward", ".gemm_forward", ".backward", ".gemm_weight_grad"}) {
+      ASSERT_TRUE(ops.contains(layer + op)) << layer << op << " missing in " << ops.dump(2);
+      EXPECT_EQ(ops[layer + op]["calls_per_step"].get<double>(), 1.0) << layer << op;
+      EXPECT_GT(ops[layer + op]["ms_per_step"].get<double>(), 0.0) << layer << op;
+    }
+    // A layer's total includes its GEMM.
+    EXPECT_GE(ops[std::string(layer) + ".forward"]["ms_per_step"].get<double>(),
+              ops[std::string(layer) + ".gemm_forward"]["ms_per_step"].get<double>());
+  }
 }
 
 }  // namespace
