@@ -159,8 +159,8 @@ def worker_run(args, model, cls, precision, batch, op_times=False):
             cmd += ["--data", args.data]
         elif args.image_data:
             cmd += ["--data", args.image_data]
-        if op_times:  # --quiet would hide the table
-            cmd += ["--op-times", "--log-every", "1000000000"]
+        if op_times:  # the per-op table lands in the summary JSON
+            cmd += ["--op-times", "--quiet"]
         elif args.log_json:
             cmd += ["--quiet", "--log-json", "--log-every", "1"]
         else:
@@ -178,8 +178,9 @@ def worker_run(args, model, cls, precision, batch, op_times=False):
          "peak_memory_bytes": s["peak_memory_bytes"], "peak_rss_bytes": rss,
          "steady_minor_page_faults_per_step": s.get("steady_minor_page_faults_per_step"),
          "final_train_loss": s.get("final_train_loss"), "plan": s.get("plan"), "steps": s.get("steps")}
-    if op_times:
-        r["op_times"] = text
+    if op_times:  # {op: {ms_per_step, calls_per_step}} over the steps after the run's first
+        r["op_times"] = s.get("op_times")
+        r["op_time_steps"] = s.get("op_time_steps")
         return r
     steps = []
     for line in out.splitlines():
@@ -359,7 +360,9 @@ def main(argv):
                     baselines.append(r["rss_before_bytes"])
                 continue
             if args.op_times and r.get("status") == "ok":
-                r["op_times"] = worker_run(args, model, cls, prec, batch, op_times=True).get("op_times")
+                with_ops = worker_run(args, model, cls, prec, batch, op_times=True)
+                r["op_times"] = with_ops.get("op_times")
+                r["op_time_steps"] = with_ops.get("op_time_steps")
             entry["ours"].setdefault(cls, {})[prec] = r
         results["models"].append(entry)
 
