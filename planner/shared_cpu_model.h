@@ -27,6 +27,18 @@
 // 4-rank CNN and the MLP further off (the 4-rank CNN's batch-moved -1.4 -> -9.4%, the MLP's
 // uniform weak int8-all -8.7 -> -10.6%), presumably as ranks waiting at the sync do not give
 // their CPU back as fully as the queue assumes (Gloo's waits, OpenMP's spinning team).
+// Where the worst rows come from (cpu-avx2 + 2 x cpu-sse41, a thread each, on 2 CPUs; measured
+// 2026-12-07): the MLP's step with the weak ranks at int8-all (16.5 ms) is each rank's compute,
+// about 5 ms, then the all-reduce of its 7.45 MB, 5-8 ms, where the comm profile of the same three
+// ranks, otherwise idle, says 3.3; the fit puts that excess into work_scale (1.08), so a plan that
+// lightens the ranks shrinks it too: -10%. The CNN's (weak int8-all, 78.8 measured, 91.0
+// predicted) is the other way: its profiled costs are means over preempted steps (cpu-avx2 FP32
+// at 43 samples: 73.7 ms against 43.8 alone), and ranks that balance (43.8 / 47.7 / 46.9 ms
+// alone) share the CPUs better than the profiling world did. A span over the ranks' alone costs
+// times a factor, plus the replayed tail and a constant, both fitted on two measured worlds
+// (uniform FP32 and every rank at int8-all), put the MLP's rows within 3.5% but left the CNN's
+// weak int8-all at +9.8%; it would also need alone costs (CPU time per op) and a second world in
+// the profile. Left.
 //
 //   std::optional<SharedCpus> s = shared_cpus_fit(model, pool, threads, cpus, comm, bucket_bytes, world);
 //   StepPrediction p = replay_step(model, ranks, comm, bucket_bytes);
