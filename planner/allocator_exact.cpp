@@ -149,8 +149,24 @@ Choice solve_rank_exact(const JobModel& job, const RankModel& rank, double targe
   return fastest_choice(job, rank);
 }
 
-std::vector<Choice> allocate_exact(JobModel& job, double target, std::vector<std::string>& notes) {
-  // The ranks' problems are independent once the target is fixed: solved on every core.
+namespace {
+
+// The ranks' plans as the strategy goes: per rank its choice, whether it meets the target and
+// whether the search certified it optimal.
+struct ExactPlans {
+  std::vector<Choice> choices;
+  std::vector<bool> met, certified;
+
+  void set(size_t r, Choice c, bool ok, bool sure) {
+    choices[r] = std::move(c);
+    met[r] = ok;
+    certified[r] = sure;
+  }
+};
+
+// Every rank solved at `target`; the ranks' problems are independent once the target is fixed,
+// so they are solved on every core.
+ExactPlans solve_ranks(const JobModel& job, double target) {
   const size_t n = job.ranks.size();
   std::vector<Choice> choices(n);
   std::vector<char> met_of(n, 0), certified_of(n, 0);
@@ -175,106 +191,119 @@ std::vector<Choice> allocate_exact(JobModel& job, double target, std::vector<std
   for (std::thread& h : helpers) h.join();
   for (const std::exception_ptr& e : errors)
     if (e) std::rethrow_exception(e);
-  std::vector<bool> met(met_of.begin(), met_of.end()), certified(certified_of.begin(), certified_of.end());
-  auto add_notes = [&] {
-    for (size_t r = 0; r < job.ranks.size(); ++r) {
-      const std::string name = "rank " + std::to_string(r) + " (" + job.ranks[r].device_class + ")";
-      if (!met[r])
-        notes.push_back(name + " cannot reach the step-time target even at its fastest precisions; it runs its fastest "
-                               "plan that fits in memory (lower its local batch or raise the target)");
-      else if (!certified[r])
-        notes.push_back(name + ": the exact search hit its work limit (or its plan broke the target by rounding and was "
-                               "re-solved with tightened deadlines); the plan is feasible but not certified optimal");
-    }
+  return {std::move(choices), std::vector<bool>(met_of.begin(), met_of.end()),
+          std::vector<bool>(certified_of.begin(), certified_of.end())};
+}
+
+void add_rank_notes(const JobModel& job, const ExactPlans& plans, std::vector<std::string>& notes) {
+  for (size_t r = 0; r < job.ranks.size(); ++r) {
+    const std::string name = "rank " + std::to_string(r) + " (" + job.ranks[r].device_class + ")";
+    if (!plans.met[r])
+      notes.push_back(name + " cannot reach the step-time target even at its fastest precisions; it runs its fastest "
+                             "plan that fits in memory (lower its local batch or raise the target)");
+    else if (!plans.certified[r])
+      notes.push_back(name + ": the exact search hit its work limit (or its plan broke the target by rounding and was "
+                             "re-solved with tightened deadlines); the plan is feasible but not certified optimal");
+  }
+}
+
+bool is_training_rank(const std::vector<size_t>& training, size_t r) {
+  return std::find(training.begin(), training.end(), r) != training.end();
+}
+
+// The local batches that balance the pool's slowest step bound, each rank at the fastest it may
+// run (the training ranks at their high precision, the others at their fastest precisions):
+// samples move from the slowest rank to another while that lowers the slowest bound. `worst`:
+// that bound.
+std::vector<int64_t> balanced_batches(const JobModel& job, const std::vector<size_t>& training, double& worst) {
+  std::map<std::pair<size_t, int64_t>, double> fastest;  // (rank, batch) -> its fastest allowed bound
+  auto fastest_bound = [&](size_t r, int64_t batch) {
+    auto key = std::make_pair(r, batch);
+    if (auto it = fastest.find(key); it != fastest.end()) return it->second;
+    double bound = std::numeric_limits<double>::infinity();
+    const RankModel m = rank_model(job, r, batch);
+    const Choice choice = is_training_rank(training, r)
+                              ? choice_at(m, job.request->pool[r].precision.value_or(job.request->high))
+                              : fastest_choice(job, m);
+    const RankEvaluation e = evaluate_rank(job, m, choice);
+    if (fits_memory(m, e.memory)) bound = e.bound;
+    return fastest[key] = bound;
   };
-  if (!job.request->allow_batch_moves) {
-    add_notes();
-    return choices;
-  }
-
-  // Straggler relief: when some rank misses the target even at its fastest precisions, samples
-  // move from the slowest rank to another while that lowers the slowest step bound, each rank
-  // taken at the fastest it may run: the training ranks at their high precision (QSync keeps the
-  // training devices' precision), the others at their fastest precisions (as dynamic batching
-  // balances, but by measured step bounds, memory and quantization included). The plan is then
-  // made for that balanced step plus RELIEF_SLACK: the fastest step the pool can reach, and
-  // within it the least-indicator plan, so a layer stays at high precision wherever its
-  // quantization buys less than the slack. (Balancing at the high precision instead costs no
-  // accuracy but gives up the weak ranks' quantized speed: the step of dynamic batching.)
-  const std::vector<size_t> training = training_ranks(job);
-  const auto is_training = [&](size_t r) { return std::find(training.begin(), training.end(), r) != training.end(); };
-  if (std::find(met.begin(), met.end(), false) != met.end()) {
-    std::map<std::pair<size_t, int64_t>, double> fastest;  // (rank, batch) -> its fastest allowed bound
-    auto fastest_bound = [&](size_t r, int64_t batch) {
-      auto key = std::make_pair(r, batch);
-      if (auto it = fastest.find(key); it != fastest.end()) return it->second;
-      double bound = std::numeric_limits<double>::infinity();
-      const RankModel m = rank_model(job, r, batch);
-      const Choice choice = is_training(r) ? choice_at(m, job.request->pool[r].precision.value_or(job.request->high))
-                                        : fastest_choice(job, m);
-      const RankEvaluation e = evaluate_rank(job, m, choice);
-      if (fits_memory(m, e.memory)) bound = e.bound;
-      return fastest[key] = bound;
-    };
-    std::vector<int64_t> batches;
-    for (const RankModel& m : job.ranks) batches.push_back(m.local_batch);
-    auto slowest = [&](const std::vector<int64_t>& b) {
-      double worst = 0;
-      for (size_t r = 0; r < b.size(); ++r) worst = std::max(worst, fastest_bound(r, b[r]));
-      return worst;
-    };
-    double worst = slowest(batches);
-    const std::vector<int64_t> before = batches;
-    for (int round = 0; round < 4 * MAX_BATCH_MOVES; ++round) {
-      size_t w = 0;
-      for (size_t r = 1; r < batches.size(); ++r)
-        if (fastest_bound(r, batches[r]) > fastest_bound(w, batches[w])) w = r;
-      double best = worst;
-      std::vector<int64_t> best_batches;
-      for (size_t s = 0; s < batches.size(); ++s) {
-        if (s == w) continue;
-        for (int64_t b : MOVE_SIZES) {
-          if (b >= batches[w]) break;
-          std::vector<int64_t> trial = batches;
-          trial[w] -= b;
-          trial[s] += b;
-          const double t = slowest(trial);
-          if (t < best - 1e-12) best = t, best_batches = trial;
-        }
-      }
-      if (best_batches.empty()) break;
-      batches = best_batches;
-      worst = best;
-    }
-    if (batches != before) {
-      const double planned = std::max(target, worst * (1 + RELIEF_SLACK));
-      std::string moved;
-      for (size_t r = 0; r < batches.size(); ++r)
-        moved += std::string(moved.empty() ? "" : ", ") + "rank " + std::to_string(r) + " " +
-                 std::to_string(before[r]) + " -> " + std::to_string(batches[r]);
-      char buf[160];
-      if (planned > target)
-        std::snprintf(buf, sizeof buf,
-                      "; no plan reaches the %.3f ms target, the fastest balanced step is %.3f ms: planned for it + %.0f%%",
-                      target * 1e3, worst * 1e3, RELIEF_SLACK * 100);
-      else
-        std::snprintf(buf, sizeof buf, "; every rank now meets the %.3f ms target", target * 1e3);
-      notes.push_back("batch moves (a rank missed the step-time target at its fastest precisions; balanced with the "
-                      "training ranks at " + std::string(layer_precision_name(job.request->high)) +
-                      " and the others at their fastest precisions): " + moved + buf);
-      target = planned;
-      for (size_t r = 0; r < batches.size(); ++r) {
-        job.ranks[r] = rank_model(job, r, batches[r]);
-        bool ok = false, sure = false;
-        choices[r] = solve_rank_exact(job, job.ranks[r], target, ok, sure);
-        met[r] = ok;
-        certified[r] = sure;
+  std::vector<int64_t> batches;
+  for (const RankModel& m : job.ranks) batches.push_back(m.local_batch);
+  auto slowest = [&](const std::vector<int64_t>& b) {
+    double w = 0;
+    for (size_t r = 0; r < b.size(); ++r) w = std::max(w, fastest_bound(r, b[r]));
+    return w;
+  };
+  worst = slowest(batches);
+  for (int round = 0; round < 4 * MAX_BATCH_MOVES; ++round) {
+    size_t w = 0;
+    for (size_t r = 1; r < batches.size(); ++r)
+      if (fastest_bound(r, batches[r]) > fastest_bound(w, batches[w])) w = r;
+    double best = worst;
+    std::vector<int64_t> best_batches;
+    for (size_t s = 0; s < batches.size(); ++s) {
+      if (s == w) continue;
+      for (int64_t b : MOVE_SIZES) {
+        if (b >= batches[w]) break;
+        std::vector<int64_t> trial = batches;
+        trial[w] -= b;
+        trial[s] += b;
+        const double t = slowest(trial);
+        if (t < best - 1e-12) best = t, best_batches = trial;
       }
     }
+    if (best_batches.empty()) break;
+    batches = best_batches;
+    worst = best;
   }
+  return batches;
+}
 
-  // Solves are cached per (rank, batch): the target is fixed from here on, so a rank's plan
-  // depends only on its batch.
+// Straggler relief, when some rank misses the target even at its fastest precisions: the batches
+// balanced (balanced_batches), and the plan made for that balanced step plus RELIEF_SLACK: the
+// fastest step the pool can reach, and within it the least-indicator plan, so a layer stays at
+// high precision wherever its quantization buys less than the slack. (Balancing at the high
+// precision instead costs no accuracy but gives up the weak ranks' quantized speed: the step of
+// dynamic batching.) Returns the target planned for.
+double relieve_straggler(JobModel& job, const std::vector<size_t>& training, double target, ExactPlans& plans,
+                         std::vector<std::string>& notes) {
+  double worst = 0;
+  std::vector<int64_t> before;
+  for (const RankModel& m : job.ranks) before.push_back(m.local_batch);
+  const std::vector<int64_t> batches = balanced_batches(job, training, worst);
+  if (batches == before) return target;
+  const double planned = std::max(target, worst * (1 + RELIEF_SLACK));
+  std::string moved;
+  for (size_t r = 0; r < batches.size(); ++r)
+    moved += std::string(moved.empty() ? "" : ", ") + "rank " + std::to_string(r) + " " + std::to_string(before[r]) +
+             " -> " + std::to_string(batches[r]);
+  char buf[160];
+  if (planned > target)
+    std::snprintf(buf, sizeof buf,
+                  "; no plan reaches the %.3f ms target, the fastest balanced step is %.3f ms: planned for it + %.0f%%",
+                  target * 1e3, worst * 1e3, RELIEF_SLACK * 100);
+  else
+    std::snprintf(buf, sizeof buf, "; every rank now meets the %.3f ms target", target * 1e3);
+  notes.push_back("batch moves (a rank missed the step-time target at its fastest precisions; balanced with the "
+                  "training ranks at " + std::string(layer_precision_name(job.request->high)) +
+                  " and the others at their fastest precisions): " + moved + buf);
+  for (size_t r = 0; r < batches.size(); ++r) {
+    job.ranks[r] = rank_model(job, r, batches[r]);
+    bool ok = false, sure = false;
+    Choice c = solve_rank_exact(job, job.ranks[r], planned, ok, sure);
+    plans.set(r, std::move(c), ok, sure);
+  }
+  return planned;
+}
+
+// Moves from a rank with a positive indicator to another, when both re-solved plans meet the
+// target and the two ranks' indicator sum drops. A training rank takes samples only while it
+// keeps its high precision: QSync quantizes the weak devices, never the training ones. Solves are
+// cached per (rank, batch): the target is fixed here, so a rank's plan depends only on its batch.
+void move_batch_for_indicator(JobModel& job, const std::vector<size_t>& training, double target, ExactPlans& plans,
+                              std::vector<std::string>& notes) {
   struct Solved {
     RankModel model;
     Choice choice;
@@ -297,47 +326,54 @@ std::vector<Choice> allocate_exact(JobModel& job, double target, std::vector<std
     return cache.emplace(key, std::move(s)).first->second;
   };
   auto high_of = [&](size_t r) { return job.request->pool[r].precision.value_or(job.request->high); };
-  auto apply = [&](size_t from, size_t to, int64_t b) {
-    for (auto [r, batch] : {std::make_pair(from, job.ranks[from].local_batch - b), std::make_pair(to, job.ranks[to].local_batch + b)}) {
-      const Solved& s = solve_at(r, batch);
-      job.ranks[r] = s.model;
-      choices[r] = s.choice;
-      met[r] = s.ok;
-      certified[r] = s.certified;
-    }
-  };
-
-  // Then moves from a rank with a positive indicator to another, when both re-solved plans meet
-  // the target and the two ranks' indicator sum drops. A training rank takes samples only while
-  // it keeps its high precision: QSync quantizes the weak devices, never the training ones.
   for (int round = 0; round < MAX_BATCH_MOVES; ++round) {
     double best_gain = 1e-12;
     size_t best_from = 0, best_to = 0;
     int64_t best_b = 0;
     for (size_t w = 0; w < job.ranks.size(); ++w) {
-      const double ind_w = rank_indicator(job.ranks[w], choices[w]);
-      if (!met[w] || !(ind_w > 0)) continue;
+      const double ind_w = rank_indicator(job.ranks[w], plans.choices[w]);
+      if (!plans.met[w] || !(ind_w > 0)) continue;
       for (size_t s = 0; s < job.ranks.size(); ++s) {
-        if (s == w || !met[s]) continue;
-        const double ind_s = rank_indicator(job.ranks[s], choices[s]);
+        if (s == w || !plans.met[s]) continue;
+        const double ind_s = rank_indicator(job.ranks[s], plans.choices[s]);
         for (int64_t b : MOVE_SIZES) {
           if (b >= job.ranks[w].local_batch) break;
           const Solved& a = solve_at(w, job.ranks[w].local_batch - b);
           const Solved& c = solve_at(s, job.ranks[s].local_batch + b);
           if (!a.ok || !c.ok) continue;
-          if (is_training(s) && c.indicator > rank_indicator(c.model, choice_at(c.model, high_of(s)))) continue;
+          if (is_training_rank(training, s) && c.indicator > rank_indicator(c.model, choice_at(c.model, high_of(s))))
+            continue;
           const double gain = (ind_w + ind_s) - (a.indicator + c.indicator);
           if (gain > best_gain) best_gain = gain, best_from = w, best_to = s, best_b = b;
         }
       }
     }
     if (best_b == 0) break;
-    apply(best_from, best_to, best_b);
+    const int64_t from_batch = job.ranks[best_from].local_batch - best_b;
+    const int64_t to_batch = job.ranks[best_to].local_batch + best_b;
+    for (auto [r, batch] : {std::make_pair(best_from, from_batch), std::make_pair(best_to, to_batch)}) {
+      const Solved& sv = solve_at(r, batch);
+      job.ranks[r] = sv.model;
+      plans.set(r, sv.choice, sv.ok, sv.certified);
+    }
     notes.push_back("batch move: " + std::to_string(best_b) + " samples from rank " + std::to_string(best_from) +
                     " to rank " + std::to_string(best_to) + " lower the total indicator by " + std::to_string(best_gain));
   }
-  add_notes();
-  return choices;
+}
+
+}  // namespace
+
+std::vector<Choice> allocate_exact(JobModel& job, double target, std::vector<std::string>& notes) {
+  ExactPlans plans = solve_ranks(job, target);
+  if (job.request->allow_batch_moves) {
+    // The training ranks of the job as asked, before any batch moves.
+    const std::vector<size_t> training = training_ranks(job);
+    if (std::find(plans.met.begin(), plans.met.end(), false) != plans.met.end())
+      target = relieve_straggler(job, training, target, plans, notes);
+    move_batch_for_indicator(job, training, target, plans, notes);
+  }
+  add_rank_notes(job, plans, notes);
+  return plans.choices;
 }
 
 }  // namespace qsync
