@@ -4,20 +4,14 @@
 
 #include <netinet/in.h>
 #include <sys/socket.h>
-#include <signal.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <cerrno>
-#include <chrono>
 #include <cstring>
-#include <fcntl.h>
 #include <filesystem>
 #include <optional>
 #include <stdexcept>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "planner/device_profile.h"
@@ -26,87 +20,12 @@
 #include "planner/replayer.h"
 #include "planner/shared_cpu_model.h"
 #include "runner/cpu_pinning.h"
+#include "runner/local_measurements.h"
 
 namespace qsync {
 namespace {
 
 namespace fs = std::filesystem;
-
-struct Measurement {
-  std::vector<std::string> args;
-  std::string log;
-  std::vector<int> cpus;  // pinned there (empty: not pinned)
-  pid_t pid = -1;
-  std::vector<std::pair<std::string, std::string>> env;  // set in the child
-};
-
-// Starts argv with stdout and stderr to `log`, on m.cpus.
-void start_measurement(Measurement& m) {
-  const std::vector<std::string>& args = m.args;
-  const std::string& log = m.log;
-  const std::vector<int>& cpus = m.cpus;
-  const pid_t pid = fork();
-  if (pid < 0) throw std::runtime_error(std::string("fork failed: ") + std::strerror(errno));
-  if (pid == 0) {
-    const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fd >= 0) {
-      dup2(fd, STDOUT_FILENO);
-      dup2(fd, STDERR_FILENO);
-    }
-    for (const auto& [k, v] : m.env) setenv(k.c_str(), v.c_str(), 1);
-    try {
-      pin_to_cpus(cpus);
-    } catch (const std::exception& e) {
-      std::fprintf(stderr, "%s\n", e.what());
-      _exit(127);
-    }
-    std::vector<char*> argv;
-    for (const std::string& s : args) argv.push_back(const_cast<char*>(s.c_str()));
-    argv.push_back(nullptr);
-    execv(argv[0], argv.data());
-    std::fprintf(stderr, "cannot run %s: %s\n", argv[0], std::strerror(errno));
-    _exit(127);
-  }
-  m.pid = pid;
-}
-
-// Waits for every started measurement; throws naming the first failed command and its log.
-// The measurements run as one pool (a rendezvous): once one fails, the others would wait for it
-// until their collective timeout, so they are killed at once.
-void finish_measurements(std::vector<Measurement>& ms) {
-  std::string failed;
-  for (size_t left = std::count_if(ms.begin(), ms.end(), [](const Measurement& m) { return m.pid >= 0; }); left > 0;) {
-    bool reaped = false;
-    for (Measurement& m : ms) {
-      if (m.pid < 0) continue;
-      int status = 0;
-      const pid_t got = waitpid(m.pid, &status, WNOHANG);
-      if (got == 0 || (got < 0 && errno == EINTR)) continue;
-      m.pid = -1;
-      --left;
-      reaped = true;
-      if ((got < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0) && failed.empty()) {
-        std::string cmd;
-        for (const std::string& a : m.args) cmd += (cmd.empty() ? "" : " ") + a;
-        failed = "planning measurement failed: `" + cmd + "` (see " + m.log + ")";
-        if (got > 0 && WIFSIGNALED(status)) failed += ", killed by signal " + std::to_string(WTERMSIG(status));
-        for (const Measurement& other : ms)
-          if (other.pid >= 0) kill(other.pid, SIGKILL);
-      }
-    }
-    if (!reaped) std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  if (!failed.empty()) throw std::runtime_error(failed);
-}
-
-// Runs argv to completion with stdout and stderr to `log`; throws naming the command and log.
-void run_measurement(const std::vector<std::string>& args, const std::string& log) {
-  std::vector<Measurement> one{{args, log, {}, -1, {}}};
-  start_measurement(one.front());
-  finish_measurements(one);
-}
-
-std::string model_hash_suffix(const ModelDesc& m) { return model_hash_string(m.hash).substr(0, 12); }
 
 }  // namespace
 
@@ -229,109 +148,13 @@ LocalPlanning plan_local_job(const JobFile& file, const LocalPlanningInputs& in)
                                                            : (fs::path(in.work_dir) / "profiles").string();
   fs::create_directories(profiles);
 
-  // Device profiles: one per (class as it runs, local batch), measured on this machine, the way
-  // the job will run. With the ranks pinned, every rank of the pool runs a profile on its own
-  // CPUs, all at once and as one world that synchronizes its gradients every step as training
-  // does (worker/profiler.h): a rank's measured costs then include what its neighbours' load and
-  // its own gradient-sync and Gloo threads take from it (measured here: the Gloo I/O thread used
-  // 13% of a rank's CPU in a two-rank MLP job; a ViT step on cpu-avx512 took 20.5 ms alone and
-  // 28.2 ms beside a cpu-avx2 profile). Ranks whose (class, batch) is already profiled, or
-  // profiled by an earlier rank, measure into logs/ only to load the world as the job will.
-  // Unpinned ranks (more threads than CPUs, or --no-pin) share the CPUs in the job, so they are
-  // profiled the same way: all at once, unpinned. Profiled one at a time, alone, each rank had
-  // the machine to itself and the replayer under-predicted every shared pool (measured on 2 CPUs,
-  // pools of 3 and 4 ranks, 16 held-out plans: median error -30%, worst -47%; profiled together:
-  // median 9.6%, worst 40%, either sign, beside a 10% noise floor). Such a world profiles with
-  // --shared-cpus (costs as means; its FP32 step over a block of steps a round: worker/profiler.h).
-  std::vector<ProfileNeed> needs = local_missing_profiles(job, model, ProfileStore(profiles));
-  if (!in.plans_dir.empty()) {  // given plans run at their own batches on the profiles there are
-    const ProfileStore have(profiles);
-    std::erase_if(needs, [&](const ProfileNeed& n) {
-      return std::any_of(have.measured().begin(), have.measured().end(), [&](const DeviceProfile& p) {
-        return p.device_class == n.device_class && p.model_hash == model.hash;
-      });
-    });
-  }
   const std::string world_signature = local_world_signature(job, !in.rank_cpus.empty());
-  auto profile_args = [&](const std::string& device_class, int64_t batch, int threads, const std::string& out) {
-    std::vector<std::string> args = {worker, "profile", "--model", file.model_reference(), "--device-class", device_class,
-                                     "--batch", std::to_string(batch), "--threads", std::to_string(threads),
-                                     "--out", out, "--quiet"};
-    if (!job.data.path.empty()) args.insert(args.end(), {"--data", job.data.path});
-    if (in.profile_rounds > 0) args.insert(args.end(), {"--rounds", std::to_string(in.profile_rounds)});
-    if (job.pool.local.size() > 1) args.insert(args.end(), {"--world-signature", world_signature});
-    if (job.pool.local.size() > 1 && in.rank_cpus.empty()) args.push_back("--shared-cpus");
-    return args;
-  };
-  auto profile_path = [&](const ProfileNeed& n) {
-    return (fs::path(profiles) / device_profile_file_name(model.name, n.device_class, n.batch)).string();
-  };
-  for (const ProfileNeed& need : needs)
-    say("measuring the " + model.name + " profile of " + need.device_class + " at batch " + std::to_string(need.batch) +
-        " (once; kept in " + profiles + ")");
-  const size_t pool_size = job.pool.local.size();
-  std::vector<Measurement> profiling;
-  if (!needs.empty() && pool_size > 1) {
-    const std::string port = std::to_string(free_loopback_port());
-    std::vector<bool> taken(needs.size(), false);
-    for (size_t r = 0; r < pool_size; ++r) {
-      const LocalWorker& w = job.pool.local[r];
-      const std::string device_class = local_run_class(w.device_class);
-      const int64_t batch = local_batch_of(job, r);
-      std::string out = logs + "/profile-rank-" + std::to_string(r) + ".json";  // load only
-      for (size_t k = 0; k < needs.size(); ++k)
-        if (!taken[k] && needs[k].device_class == device_class && needs[k].batch == batch) {
-          taken[k] = true;
-          out = profile_path(needs[k]);
-          break;
-        }
-      Measurement m{profile_args(device_class, batch, int(w.threads), out), logs + "/profile-rank-" + std::to_string(r) + ".log",
-                    in.rank_cpus.empty() ? std::vector<int>{} : in.rank_cpus.at(r), -1,
-                    {{"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", port}, {"RANK", std::to_string(r)},
-                     {"WORLD_SIZE", std::to_string(pool_size)}}};
-      profiling.push_back(std::move(m));
-    }
-    try {
-      for (Measurement& m : profiling) start_measurement(m);
-    } catch (...) {
-      finish_measurements(profiling);
-      throw;
-    }
-    finish_measurements(profiling);
-  } else {
-    for (const ProfileNeed& need : needs) {  // a pool of one: alone
-      std::vector<Measurement> one{{profile_args(need.device_class, need.batch, need.threads, profile_path(need)),
-                                    logs + "/profile-" + need.device_class + "-b" + std::to_string(need.batch) + ".log",
-                                    {}, -1, {}}};
-      start_measurement(one.front());
-      finish_measurements(one);
-    }
-  }
-  // The all-reduce profile of this world size over loopback.
-  const int world = int(job.pool.local.size());
-  const std::string comm = (fs::path(profiles) / ("comm-w" + std::to_string(world) + ".json")).string();
-  const std::string comm_bench = (fs::path(in.bin_dir) / "qsync-bench-allreduce").string();
-  if (world > 1 && !fs::exists(comm) && fs::exists(comm_bench)) {
-    say("measuring the all-reduce of " + std::to_string(world) + " local ranks (once; kept in " + profiles + ")");
-    run_measurement({comm_bench, "--ranks", std::to_string(world), "--reps", "9", "--max-mib", "16", "--comm-profile", comm},
-                    logs + "/comm-profile.log");
-  }
-  // Calibration statistics for the indicator.
+  const LocalMeasuring measuring{file, in, model, worker, logs, profiles, world_signature, say};
+  measure_missing_profiles(measuring);
+  measure_comm_profile(measuring);
   LocalPlanOptions options;
   options.strategy = strategy;
-  if (in.plans_dir.empty() && strategy_uses_indicator(strategy) && job.planning.calibration.empty()) {
-    const std::string stats =
-        (fs::path(in.work_dir) / "calibration" / (model.name + "-" + model_hash_suffix(model) + ".json")).string();
-    if (!fs::exists(stats)) {
-      fs::create_directories(fs::path(stats).parent_path());
-      say("collecting calibration statistics of " + model.name + " for the indicator (once; kept in " + stats + ")");
-      std::vector<std::string> args = {worker, "calibrate", "--model", file.model_reference(), "--out", stats, "--seed",
-                                       std::to_string(job.seed)};
-      if (!job.data.path.empty()) args.insert(args.end(), {"--data", job.data.path});
-      run_measurement(args, logs + "/calibrate.log");
-    }
-    options.calibration = stats;
-  }
+  options.calibration = calibration_statistics(measuring, strategy);
 
   const LocalPlanRequest request = local_plan_request(file, ProfileStore(profiles), options);
   for (const std::string& n : request.notes) say("note: " + n);
@@ -339,7 +162,7 @@ LocalPlanning plan_local_job(const JobFile& file, const LocalPlanningInputs& in)
   // Pools sharing the CPUs plan in the replay's units: a step target the user set is divided by
   // the uniform plan's ratio (SharedCpus::uniform_ratio); the predictions are then the shared
   // model's.
-  const bool shares_cpus = pool_size > 1 && in.rank_cpus.empty();
+  const bool shares_cpus = job.pool.local.size() > 1 && in.rank_cpus.empty();
   const std::optional<SharedCpus> shared =
       shares_cpus ? shared_cpus_of(job, request.request, world_signature, say) : std::nullopt;
   AllocationRequest req = request.request;
