@@ -176,7 +176,8 @@ LendingDecision decide_lending(const LendingInputs& in) {
 
   int64_t target = gate.reason.empty() ? needed : serving;
   // Lent replicas come back only once demand eats into half the headroom; then to the full one.
-  if (gate.reason.empty() && target > w.replicas && w.replicas >= demand.keep && w.replicas_set > 0) target = w.replicas;
+  if (gate.reason.empty() && target > w.replicas && w.replicas >= demand.keep && w.replicas_set > 0)
+    target = w.replicas;
   std::string reason = gate.reason.empty() ? "Lending" : gate.reason;
   std::string message = gate.message;
   if (scaled_outside) {
