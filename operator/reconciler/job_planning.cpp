@@ -205,8 +205,11 @@ JobPlan plan_job(const api::HybridTrainingJob& job, const PlanningInputs& inputs
   }
 }
 
-JobPlan plan_pool(const api::HybridTrainingJob& job, const PlanningInputs& inputs) {
-  JobPlan out;
+namespace {
+
+// The pool's ranks as discovered on the cluster (training nodes and lent GPUs), with the notes of
+// the discovery; PlanningError when there are none.
+void discover_ranks(const api::HybridTrainingJob& job, const PlanningInputs& inputs, JobPlan& out) {
   try {
     DiscoveredPool pool = discover_pool(job.spec.pool, inputs.nodes, inputs.capacity, inputs.limits);
     out.ranks = std::move(pool.ranks);
@@ -219,34 +222,18 @@ JobPlan plan_pool(const api::HybridTrainingJob& job, const PlanningInputs& input
                         inputs.capacity == nullptr ? "spec.pool has no ranks: give an entry a count"
                                                    : "the elastic pool offers no ranks now: waiting for nodes or lent GPUs",
                         inputs.capacity == nullptr);
-  const ModelDesc model = job_model(job, inputs.config_maps);
+}
+
+// Each rank's device profile at its even share of the global batch (measured in the namespace's
+// ConfigMaps, or estimated); PlanningError ProfileMissing naming every (class, batch) without one.
+std::vector<PoolRank> pool_ranks_with_profiles(const api::HybridTrainingJob& job, const ModelDesc& model,
+                                               const ConfigMapProfiles& measured, JobPlan& out) {
   // How the worker names the model: the zoo name, the file, or where the ConfigMap is mounted.
   const api::ModelSource& source = job.spec.model;
   const std::string model_ref = source.config_map ? "MODEL.yaml (ConfigMap " + source.config_map->name + ")"
                                                     : source.name_or_file();
-  const api::PlanningSpec& planning = job.spec.planning;
   const int64_t world = int64_t(out.ranks.size());
-  if (job.spec.global_batch < world)
-    throw PlanningError("InvalidPlanning",
-                        "spec.globalBatch " + std::to_string(job.spec.global_batch) + " is smaller than the " +
-                            std::to_string(world) + " ranks of the pool: raise globalBatch to at least " +
-                            std::to_string(world),
-                        true);
-
-  AllocationRequest req;
-  req.model = model;
-  req.global_batch = job.spec.global_batch;
-  req.step_time_target = planning.step_time_target_seconds;
-  req.allow_batch_moves = planning.batch_moves;
-  try {
-    req.high = layer_precision_from_name(planning.precision);
-    req.low = layer_precision_from_name(planning.low_precision);
-  } catch (const std::exception& e) {
-    throw PlanningError("InvalidPlanning", std::string("spec.planning: ") + e.what(), true);
-  }
-
-  const ConfigMapProfiles measured = profiles_from_config_maps(inputs.config_maps, planning.profiles);
-  out.notes.insert(out.notes.end(), measured.problems.begin(), measured.problems.end());
+  std::vector<PoolRank> pool;
   std::vector<std::string> missing;
   std::set<std::pair<std::string, int64_t>> missing_seen;
   for (const DiscoveredRank& r : out.ranks) {
@@ -262,34 +249,22 @@ JobPlan plan_pool(const api::HybridTrainingJob& job, const PlanningInputs& input
       continue;
     }
     if (p.memory_budget_bytes == 0) p.memory_budget_bytes = p.profile.memory_bytes;
-    req.pool.push_back(std::move(p));
+    pool.push_back(std::move(p));
   }
   if (!missing.empty()) {
     std::string message;
     for (const std::string& m : missing) message += (message.empty() ? "" : "; ") + m;
     throw PlanningError("ProfileMissing", message, false);
   }
-  // The measured all-reduce when the namespace holds one (comm_profiles.h), else the estimate.
-  PlanningComm comm = planning_comm_profile(inputs.config_maps, planning.profiles, int(world));
-  req.comm = comm.profile;
-  out.notes.insert(out.notes.end(), comm.problems.begin(), comm.problems.end());
-  out.notes.push_back(comm.note);
-  std::optional<CalibrationStats> stats = calibration_for(model, inputs.config_maps, out.notes);
-  req.indicator = stats ? indicator_table(*stats, planning.indicator == "weight-error" ? IndicatorKind::WEIGHT_ERROR
-                                                                                      : IndicatorKind::BIDIRECTIONAL)
-                        : indicator_fallback_table(model);
+  return pool;
+}
 
-  Allocation a;
-  try {
-    a = allocate(req, planning.allocator);
-  } catch (const InfeasiblePlan& e) {
-    throw PlanningError("InfeasiblePlan", e.what(), true);
-  } catch (const std::invalid_argument& e) {
-    throw PlanningError("InvalidPlanning", std::string("spec.planning.allocator: ") + e.what(), true);
-  }
+// The allocation as the job's status and plan ConfigMap carry it: a summary per rank and the
+// rank plan files.
+void record_allocation(const api::HybridTrainingJob& job, const ModelDesc& model, const Allocation& a, JobPlan& out) {
+  const int64_t world = int64_t(out.ranks.size());
   out.notes.insert(out.notes.end(), a.notes.begin(), a.notes.end());
-
-  out.summary.strategy = planning.allocator;
+  out.summary.strategy = job.spec.planning.allocator;
   out.summary.predicted_step_seconds = a.predicted.step_seconds;
   out.summary.step_time_target_seconds = a.step_time_target;
   out.summary.config_map = job.name() + "-plan";
@@ -310,6 +285,56 @@ JobPlan plan_pool(const api::HybridTrainingJob& job, const PlanningInputs& input
     out.summary.ranks.push_back(summary);
     out.rank_files.push_back(std::move(file));
   }
+}
+
+}  // namespace
+
+JobPlan plan_pool(const api::HybridTrainingJob& job, const PlanningInputs& inputs) {
+  JobPlan out;
+  discover_ranks(job, inputs, out);
+  const ModelDesc model = job_model(job, inputs.config_maps);
+  const api::PlanningSpec& planning = job.spec.planning;
+  const int64_t world = int64_t(out.ranks.size());
+  if (job.spec.global_batch < world)
+    throw PlanningError("InvalidPlanning",
+                        "spec.globalBatch " + std::to_string(job.spec.global_batch) + " is smaller than the " +
+                            std::to_string(world) + " ranks of the pool: raise globalBatch to at least " +
+                            std::to_string(world),
+                        true);
+
+  AllocationRequest req;
+  req.model = model;
+  req.global_batch = job.spec.global_batch;
+  req.step_time_target = planning.step_time_target_seconds;
+  req.allow_batch_moves = planning.batch_moves;
+  try {
+    req.high = layer_precision_from_name(planning.precision);
+    req.low = layer_precision_from_name(planning.low_precision);
+  } catch (const std::exception& e) {
+    throw PlanningError("InvalidPlanning", std::string("spec.planning: ") + e.what(), true);
+  }
+  const ConfigMapProfiles measured = profiles_from_config_maps(inputs.config_maps, planning.profiles);
+  out.notes.insert(out.notes.end(), measured.problems.begin(), measured.problems.end());
+  req.pool = pool_ranks_with_profiles(job, model, measured, out);
+  // The measured all-reduce when the namespace holds one (comm_profiles.h), else the estimate.
+  PlanningComm comm = planning_comm_profile(inputs.config_maps, planning.profiles, int(world));
+  req.comm = comm.profile;
+  out.notes.insert(out.notes.end(), comm.problems.begin(), comm.problems.end());
+  out.notes.push_back(comm.note);
+  std::optional<CalibrationStats> stats = calibration_for(model, inputs.config_maps, out.notes);
+  req.indicator = stats ? indicator_table(*stats, planning.indicator == "weight-error" ? IndicatorKind::WEIGHT_ERROR
+                                                                                      : IndicatorKind::BIDIRECTIONAL)
+                        : indicator_fallback_table(model);
+
+  Allocation a;
+  try {
+    a = allocate(req, planning.allocator);
+  } catch (const InfeasiblePlan& e) {
+    throw PlanningError("InfeasiblePlan", e.what(), true);
+  } catch (const std::invalid_argument& e) {
+    throw PlanningError("InvalidPlanning", std::string("spec.planning.allocator: ") + e.what(), true);
+  }
+  record_allocation(job, model, a, out);
   return out;
 }
 
