@@ -1,6 +1,8 @@
 // File: worker/trainer.cpp
-// The training loop of one rank: single-process, or one rank of a synchronous data-parallel job
+// One rank's training run: single-process, or one rank of a synchronous data-parallel job
 // (gradients all-reduced in buckets during backward, FP32 master weights identical everywhere).
+// Here its world, model, data, optimizer, resume and gradient sync are set up and its summary
+// finished; the steps run in worker/train_loop.cpp.
 #include "worker/trainer.h"
 
 #include <algorithm>
