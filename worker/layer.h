@@ -33,6 +33,10 @@ struct Parameter {
   int int8_rows_qmax = 0;
   Tensor int8_rows;  // (rows, cols) INT8, per-row scales; undefined until made
   int64_t int8_rows_step = -1;
+  // The largest |value| of the value the copy was made from (the largest of its rows'), for the
+  // same step: int8-all's backward re-quantizes the weight per tensor for dX = dY W and takes
+  // it instead of reading the weights for it (precision_ops.h, backward_weight). -1: none.
+  float int8_rows_amax = -1.0f;
 };
 
 // Optional timing of each op of a step (layer forward/backward, casts), for profiling.

@@ -2,6 +2,7 @@
 // The casts between FP32 and the layer precisions, on the rank's ops.
 #include "worker/precision_ops.h"
 
+#include <cmath>
 #include <stdexcept>
 
 #include "worker/layers/layer_seed.h"
@@ -121,6 +122,7 @@ Tensor cast_parameter(Parameter& w, LayerPrecision p, StepContext& ctx, const st
     return w.int8_rows;  // made by the optimizer step that produced this value (it rewrites it next)
   w.int8_rows_qmax = qmax;
   w.int8_rows_step = -1;
+  w.int8_rows_amax = -1.0f;
   // The cast made here becomes the buffer the optimizer rewrites in place from now on (no
   // allocation in the steady state); for other precisions and devices nothing is kept.
   Tensor c = cast_weight(w.value, p, ctx, layer, role);
@@ -184,8 +186,9 @@ Tensor backward_operand(const Tensor& saved, LayerPrecision p, StepContext& ctx,
   return int8_to_sixteen_bit(saved, ctx, layer + " saved input (16-bit)");
 }
 
-Tensor backward_weight(const Tensor& saved_w, const Tensor& master_w, LayerPrecision p, StepContext& ctx,
+Tensor backward_weight(const Tensor& saved_w, const Parameter& master, LayerPrecision p, StepContext& ctx,
                        const std::string& layer, OperandRole role) {
+  const Tensor& master_w = master.value;
   const LayerPrecisionTraits& t = layer_precision_traits(p);
   if (t.forward == Precision::FP32) return master_w;
   if (t.forward == Precision::TF32) return master_w.with_precision(Precision::TF32);
@@ -195,9 +198,14 @@ Tensor backward_weight(const Tensor& saved_w, const Tensor& master_w, LayerPreci
   }
   if (t.backward == BackwardKind::INT8) {
     // Per-channel scales run along the reduction dimension of dX = dY W: re-quantize per tensor.
+    // The weights' amax from the optimizer's pass that made this step's INT8 rows, where it did
+    // (the same value: the weights change only in the update after this backward).
+    const bool amax_known = ctx.training && master.int8_rows_step == ctx.step && std::isfinite(master.int8_rows_amax) &&
+                            master.int8_rows_amax >= 0.0f;
     OpClock clock(ctx, layer + ".cast_w_backward");
     return int8_per_tensor(master_w, Rounding::NEAREST_EVEN, 0, int8_max_for(ops_of(ctx), role), ctx,
-                           layer + " weight (int8 per tensor)");
+                           layer + " weight (int8 per tensor)", nullptr, nullptr,
+                           amax_known ? master.int8_rows_amax : -1.0f);
   }
   return saved_w;
 }

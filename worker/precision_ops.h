@@ -56,7 +56,10 @@ bool cast_gradient_reads_relu_mask(LayerPrecision p, const StepContext& ctx);
 // quantized, emulated 16-bit in FP32). A device may then convert in a pass of its own over dy.
 Precision gradient_conversion(LayerPrecision p, const StepContext& ctx);
 Tensor backward_operand(const Tensor& saved, LayerPrecision p, StepContext& ctx, const std::string& layer);
-Tensor backward_weight(const Tensor& saved_w, const Tensor& master_w, LayerPrecision p, StepContext& ctx,
+// backward_weight: the master weights as they are (fp32, tf32), the saved INT8 ones in 16 bit
+// (int8), or re-quantized per tensor (int8-all; with the amax the optimizer found, where it made
+// this step's INT8 rows: Parameter::int8_rows_amax).
+Tensor backward_weight(const Tensor& saved_w, const Parameter& master, LayerPrecision p, StepContext& ctx,
                        const std::string& layer, OperandRole role);
 
 // The device's 16-bit format for the backward GEMMs of int8 layers: BF16 where the class computes

@@ -106,7 +106,7 @@ Tensor Conv2dLayer::backward(const Tensor& dy, StepContext& ctx) {
   Tensor dx;  // undefined when no input gradient is needed (the model's first convolution)
   if (input_gradient_needed_) dx = ops.empty({batch, g_.c, g_.h, g_.w}, Precision::FP32, ctx.memory, name() + " input gradient");
   const Tensor xb = backward_operand(x_saved_, precision_, ctx, name());  // (B, C, H, W)
-  const Tensor wb = backward_weight(w_saved_, weight_.value, precision_, ctx, name(), OperandRole::A);
+  const Tensor wb = backward_weight(w_saved_, weight_, precision_, ctx, name(), OperandRole::A);
   Conv2dBackward a;
   a.dy = &dy;
   a.x = &xb;

@@ -76,7 +76,7 @@ Tensor LinearLayer::backward(const Tensor& dy_in, StepContext& ctx) {
   Tensor dx;  // (M, K); undefined when no input gradient is needed (the model's first GEMM)
   if (input_gradient_needed_) {
     dx = ops.empty(x_shape_, Precision::FP32, ctx.memory, name() + " input gradient");
-    const Tensor wb = backward_weight(w_saved_, weight_.value, precision_, ctx, name(), OperandRole::B);
+    const Tensor wb = backward_weight(w_saved_, weight_, precision_, ctx, name(), OperandRole::B);
     OpClock clock(ctx, name() + ".gemm_input_grad");
     Tensor dx2 = dx.reshape({m, in_});
     ops.matmul(g, Transpose::NO, wb, Transpose::NO, dx2, {});

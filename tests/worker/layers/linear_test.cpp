@@ -168,17 +168,24 @@ INSTANTIATE_TEST_SUITE_P(Precisions, LinearPrecision, ::testing::ValuesIn(LOW_PR
 // learning rate, constant schedule) exactly. Only the training forward of the tagged step takes
 // the copy; any other forward casts the weights itself. A 19 x 37 weight updates with the other
 // small slots in one loop over the threads, a 190 x 370 one in its own (cpu_loss_optimizer.cpp).
+// The same pass finds the updated weights' amax (Parameter::int8_rows_amax), which int8-all's
+// backward takes for its per-tensor re-quantization of the weights: the same bits again.
 TEST(LinearLayer, Int8WeightsMadeAheadByTheOptimizerAreTheForwardsOwnCast) {
-  for (const auto& [kind, in, out] : {std::tuple{OptimizerKind::ADAMW, 37, 19}, std::tuple{OptimizerKind::SGD, 37, 19},
-                                      std::tuple{OptimizerKind::SGD, 370, 190}}) {
-    SCOPED_TRACE(std::string(optimizer_kind_name(kind)) + " " + std::to_string(out) + " x " + std::to_string(in));
+  for (const auto& [kind, in, out, precision] :
+       {std::tuple{OptimizerKind::ADAMW, 37, 19, LayerPrecision::INT8},
+        std::tuple{OptimizerKind::SGD, 37, 19, LayerPrecision::INT8},
+        std::tuple{OptimizerKind::SGD, 370, 190, LayerPrecision::INT8},
+        std::tuple{OptimizerKind::ADAMW, 37, 19, LayerPrecision::INT8_ALL},
+        std::tuple{OptimizerKind::SGD, 370, 190, LayerPrecision::INT8_ALL}}) {
+    SCOPED_TRACE(std::string(optimizer_kind_name(kind)) + " " + std::to_string(out) + " x " + std::to_string(in) + " " +
+                 layer_precision_name(precision));
     std::mt19937_64 rng(3);
     LinearLayer ahead(linear_desc("fc", {4, in}, out), nullptr), own(linear_desc("fc", {4, in}, out), nullptr);
     ahead.init_parameters(rng);
     const std::vector<Parameter*> pa = parameters_of(ahead), po = parameters_of(own);
     for (size_t i = 0; i < pa.size(); ++i) std::memcpy(po[i]->value.data(), pa[i]->value.data(), size_t(pa[i]->value.bytes()));
-    set_layer_precision(ahead, LayerPrecision::INT8);
-    set_layer_precision(own, LayerPrecision::INT8);
+    set_layer_precision(ahead, precision);
+    set_layer_precision(own, precision);
     OptimizerConfig config;
     config.kind = kind;
     config.lr = 0.05;
@@ -202,6 +209,9 @@ TEST(LinearLayer, Int8WeightsMadeAheadByTheOptimizerAreTheForwardsOwnCast) {
       ASSERT_EQ(0, std::memcmp(cast.data(), w.int8_rows.data(), size_t(cast.bytes())));
       ASSERT_EQ(w.int8_rows.scale_mode, ScaleMode::PER_CHANNEL);
       for (int64_t r = 0; r < out; ++r) ASSERT_EQ(cast.scale_data()[r], w.int8_rows.scale_data()[r]) << "row " << r;
+      float largest = 0.0f;
+      for (float v : values_of(w.value)) largest = std::max(largest, std::fabs(v));
+      EXPECT_EQ(w.int8_rows_amax, largest);
       EXPECT_EQ(values_of(w.value), values_of(po[0]->value));
     }
     Parameter& w = *pa[0];

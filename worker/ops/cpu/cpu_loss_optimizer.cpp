@@ -135,7 +135,7 @@ void add_pieces(int64_t index, int64_t n, int64_t cols, int64_t grain, std::vect
 // A slot's INT8 copy as it is being made: the rows' scales, filled by their pieces.
 struct Int8RowsCopy {
   Tensor q;
-  std::vector<float> scales;
+  std::vector<float> scales, amaxes;  // per row
 };
 
 // Elementwise updates: threads and vector lanes over elements give the same bits as one loop.
@@ -156,7 +156,8 @@ void update_piece(const OptimizerSlot& s, Int8RowsCopy& c, const UpdatePiece& pi
   // (below 2^16 columns these run no parallel region of their own; above, theirs nest inactive)
   const int64_t cols = c.q.dim(1);
   for (int64_t r = piece.begin / cols; r < piece.end / cols; ++r) {
-    c.scales[size_t(r)] = int8_scale_from_amax(amax(w + r * cols, cols), s.parameter->int8_rows_qmax);
+    c.amaxes[size_t(r)] = amax(w + r * cols, cols);
+    c.scales[size_t(r)] = int8_scale_from_amax(c.amaxes[size_t(r)], s.parameter->int8_rows_qmax);
     quantize_int8(w + r * cols, c.q.as<int8_t>() + r * cols, cols, c.scales[size_t(r)], Rounding::NEAREST_EVEN, 0);
   }
 }
@@ -177,6 +178,7 @@ void update_slots(const std::vector<OptimizerSlot>& slots, const OptimizerUpdate
     c.q = int8_rows_copy_for(slots[i]);
     const int64_t n = slots[i].value->numel(), cols = c.q.defined() ? c.q.dim(1) : 0;
     if (c.q.defined()) c.scales.assign(size_t(c.q.dim(0)), 0.0f);
+    if (c.q.defined()) c.amaxes.assign(size_t(c.q.dim(0)), 0.0f);
     if (n <= LARGE_SLOT) {
       add_pieces(int64_t(i), n, cols, SMALL_PIECE, small);
       small_total += n;
@@ -198,6 +200,7 @@ void update_slots(const std::vector<OptimizerSlot>& slots, const OptimizerUpdate
     Parameter* param = slots[i].parameter;
     param->int8_rows = std::move(c.q);
     param->int8_rows_step = u.step + 1;
+    param->int8_rows_amax = *std::max_element(c.amaxes.begin(), c.amaxes.end());  // rows > 0
   }
 }
 
