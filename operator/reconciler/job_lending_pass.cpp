@@ -99,6 +99,67 @@ std::optional<json> JobReconciler::find_workload(const std::string& ns, const Bo
   return std::nullopt;
 }
 
+namespace {
+
+// What the lending decision of a borrow entry starts from: its workload as observed, its demand
+// sample (from the entry's Prometheus, else the operator's), the nodes and GPUs it may give.
+lending::BorrowEntry borrow_entry(const BorrowSource& s, const std::optional<json>& w, const std::vector<json>& pods,
+                                  const std::string& job, const std::vector<json>& nodes,
+                                  const api::HybridTrainingJobStatus& old_status, double now,
+                                  const std::string& operator_prometheus_url, lending::DemandSource& demand) {
+  lending::BorrowEntry e;
+  e.entry = s.entry;
+  e.policy = &s.policy;
+  e.workload = observe_workload(w ? *w : json(), pods, job);
+  e.memory = memory_of(lending_status_of(old_status, s.entry));
+  if (s.policy.demand) {
+    const std::string url = s.prometheus_url.empty() ? operator_prometheus_url : s.prometheus_url;
+    if (url.empty()) {
+      e.demand = lending::DemandSample{false, 0, now, "no Prometheus to ask: set " + s.path +
+                                                          ".demand.prometheus.url or run qsync-operator with --prometheus-url"};
+    } else {
+      e.demand = demand.sample(url, s.prometheus_query);
+    }
+  }
+  e.nodes = matching_node_names(s.node_selector, nodes);
+  e.gpus_per_replica = w ? std::max<int64_t>(1, workload_gpus_per_replica(*w)) : 1;
+  e.gpus_per_rank = s.gpus_per_rank;
+  e.max_ranks = s.max_ranks;
+  return e;
+}
+
+// The entry's status.lending[] after the decision; the times and counts it keeps from `before`
+// where the decision left them as they were. `problem`: why its workload was not found.
+api::LendingStatus lending_status_after(const BorrowSource& s, const std::string& workload,
+                                        const lending::BorrowEntry& e, const lending::LendingDecision& d,
+                                        const api::LendingStatus* before, const std::string& problem) {
+  api::LendingStatus l;
+  l.entry = s.entry;
+  l.workload = workload;
+  l.state = d.memory.state;
+  l.reason = d.reason;
+  l.message = problem.empty() ? d.message : problem;
+  l.serving_replicas = d.serving_replicas > 0 ? d.serving_replicas : e.workload.replicas;
+  l.target_replicas = d.target_replicas;
+  l.ready_replicas = e.workload.ready_replicas;
+  l.needed_replicas = d.needed_replicas;
+  l.borrowed_devices = before != nullptr ? before->borrowed_devices : 0;  // set from the placement later
+  if (e.demand && e.demand->ok) l.demand = e.demand->value;
+  l.last_change_time = d.memory.last_change == e.memory.last_change && before != nullptr ? before->last_change_time
+                                                                                         : micro(d.memory.last_change);
+  l.reclaim_start_time = d.memory.reclaim_started == e.memory.reclaim_started && before != nullptr
+                             ? before->reclaim_start_time
+                             : micro(d.memory.reclaim_started);
+  l.reclaim_target_replicas = d.memory.reclaim_target;
+  l.reclaim_reason = d.memory.reclaim_reason;
+  l.reclaims = before != nullptr ? before->reclaims : 0;
+  l.reclaims_missed = before != nullptr ? before->reclaims_missed : 0;
+  l.last_reclaim_seconds = before != nullptr ? before->last_reclaim_seconds : std::nullopt;
+  return l;
+}
+
+}  // namespace
+
 PoolCapacity JobReconciler::lend(Pass& p) {
   const double now = this->now();
   const std::vector<json> pods = reader_.all_pods();
@@ -109,26 +170,8 @@ PoolCapacity JobReconciler::lend(Pass& p) {
     std::string problem;
     workloads.push_back(find_workload(p.ns, s, problem));
     problems.push_back(problem);
-    const std::optional<json>& w = workloads.back();
-    lending::BorrowEntry e;
-    e.entry = s.entry;
-    e.policy = &s.policy;
-    e.workload = observe_workload(w ? *w : json(), pods, p.name);
-    e.memory = memory_of(lending_status_of(p.old_status, s.entry));
-    if (s.policy.demand) {
-      const std::string url = s.prometheus_url.empty() ? options_.prometheus_url : s.prometheus_url;
-      if (url.empty()) {
-        e.demand = lending::DemandSample{false, 0, now, "no Prometheus to ask: set " + s.path +
-                                                            ".demand.prometheus.url or run qsync-operator with --prometheus-url"};
-      } else {
-        e.demand = demand_source().sample(url, s.prometheus_query);
-      }
-    }
-    e.nodes = matching_node_names(s.node_selector, p.nodes);
-    e.gpus_per_replica = w ? std::max<int64_t>(1, workload_gpus_per_replica(*w)) : 1;
-    e.gpus_per_rank = s.gpus_per_rank;
-    e.max_ranks = s.max_ranks;
-    entries.push_back(std::move(e));
+    entries.push_back(borrow_entry(s, workloads.back(), pods, p.name, p.nodes, p.old_status, now,
+                                   options_.prometheus_url, demand_source()));
   }
   const std::map<std::string, int64_t> free = lending::free_gpus(observe_nodes(p.nodes), observe_pods(pods, p.uid));
   const std::vector<lending::BorrowPlan> plans = lending::plan_borrowing(entries, free, now);
@@ -139,55 +182,13 @@ PoolCapacity JobReconciler::lend(Pass& p) {
   for (size_t i = 0; i < p.sources.size(); ++i) {
     const BorrowSource& s = p.sources[i];
     const lending::LendingDecision& d = plans[i].decision;
-    const api::LendingStatus* before = lending_status_of(p.old_status, s.entry);
-    api::LendingStatus l;
-    l.entry = s.entry;
-    l.workload = workload_text(s, workloads[i]);
-    l.state = d.memory.state;
-    l.reason = d.reason;
-    l.message = problems[i].empty() ? d.message : problems[i];
-    l.serving_replicas = d.serving_replicas > 0 ? d.serving_replicas : entries[i].workload.replicas;
-    l.target_replicas = d.target_replicas;
-    l.ready_replicas = entries[i].workload.ready_replicas;
-    l.needed_replicas = d.needed_replicas;
-    l.borrowed_devices = before != nullptr ? before->borrowed_devices : 0;  // set from the placement later
-    if (entries[i].demand && entries[i].demand->ok) l.demand = entries[i].demand->value;
-    l.last_change_time = d.memory.last_change == entries[i].memory.last_change && before != nullptr ? before->last_change_time
-                                                                                                  : micro(d.memory.last_change);
-    l.reclaim_start_time = d.memory.reclaim_started == entries[i].memory.reclaim_started && before != nullptr
-                               ? before->reclaim_start_time
-                               : micro(d.memory.reclaim_started);
-    l.reclaim_target_replicas = d.memory.reclaim_target;
-    l.reclaim_reason = d.memory.reclaim_reason;
-    l.reclaims = before != nullptr ? before->reclaims : 0;
-    l.reclaims_missed = before != nullptr ? before->reclaims_missed : 0;
-    l.last_reclaim_seconds = before != nullptr ? before->last_reclaim_seconds : std::nullopt;
-    const std::string what = l.workload;
-    if (d.lend_started)
-      record(p, "Normal", "Lending",
-             "scaling " + what + " in from " + std::to_string(entries[i].workload.replicas) + " to " +
-                 std::to_string(d.target_replicas) + " replicas (demand needs " + std::to_string(d.needed_replicas) +
-                 "): their GPUs go to the job once the pods are gone");
-    if (d.reclaim_started)
-      record(p, "Normal", "Reclaiming",
-             "reclaiming " + what + " (" + *d.reclaim_started + "): scaling out from " +
-                 std::to_string(entries[i].workload.replicas) + " to " + std::to_string(d.target_replicas) +
-                 " replicas; the job shrinks to the devices it keeps" + (d.message.empty() ? "" : "; " + d.message));
-    if (d.reclaim_finished) {
-      const lending::FinishedReclaim& f = *d.reclaim_finished;
-      ++l.reclaims;
-      if (!f.within_grace) ++l.reclaims_missed;
-      l.last_reclaim_seconds = std::round(f.seconds * 1000) / 1000;
-      record(p, f.within_grace ? "Normal" : "Warning", f.within_grace ? "Reclaimed" : "ReclaimMissedGrace",
-             what + " is back to " + std::to_string(f.replicas) + " Ready replicas " + seconds_text(f.seconds) +
-                 " s after the reclaim began (" + f.reason + "; reclaimGraceSeconds " +
-                 std::to_string(int64_t(s.policy.reclaim_grace_seconds)) + (f.within_grace ? ")" : ", missed)"));
-      if (metrics_ != nullptr) metrics_->reclaim_finished(f.reason, f.seconds, f.within_grace);
-    }
+    api::LendingStatus l = lending_status_after(s, workload_text(s, workloads[i]), entries[i], d,
+                                                lending_status_of(p.old_status, s.entry), problems[i]);
+    record_lending_events(p, s, entries[i].workload.replicas, d, l);
     const std::string holder = workloads[i] ? annotation_of(*workloads[i], LENT_TO_ANNOTATION) : "";
     if (!holder.empty() && holder != p.name) {
       l.reason = "LentToAnotherJob";
-      l.message = what + " is lent to HybridTrainingJob " + holder + " (annotation " + LENT_TO_ANNOTATION +
+      l.message = l.workload + " is lent to HybridTrainingJob " + holder + " (annotation " + LENT_TO_ANNOTATION +
                   "); a workload lends to one job at a time";
     } else if (workloads[i]) {
       json patch = workload_patch(*workloads[i], d, p.name);
@@ -202,6 +203,32 @@ PoolCapacity JobReconciler::lend(Pass& p) {
     client_.patch_merge(workload_type(p.sources[i].kind), p.ns, w["metadata"].value("name", ""), patch);  // Conflict: requeue
   }
   return pool_capacity(p.sources, plans, free, p.bounds.max_ranks);
+}
+
+void JobReconciler::record_lending_events(Pass& p, const BorrowSource& s, int64_t replicas,
+                                          const lending::LendingDecision& d, api::LendingStatus& l) {
+  const std::string& what = l.workload;
+  if (d.lend_started)
+    record(p, "Normal", "Lending",
+           "scaling " + what + " in from " + std::to_string(replicas) + " to " + std::to_string(d.target_replicas) +
+               " replicas (demand needs " + std::to_string(d.needed_replicas) +
+               "): their GPUs go to the job once the pods are gone");
+  if (d.reclaim_started)
+    record(p, "Normal", "Reclaiming",
+           "reclaiming " + what + " (" + *d.reclaim_started + "): scaling out from " + std::to_string(replicas) +
+               " to " + std::to_string(d.target_replicas) + " replicas; the job shrinks to the devices it keeps" +
+               (d.message.empty() ? "" : "; " + d.message));
+  if (d.reclaim_finished) {
+    const lending::FinishedReclaim& f = *d.reclaim_finished;
+    ++l.reclaims;
+    if (!f.within_grace) ++l.reclaims_missed;
+    l.last_reclaim_seconds = std::round(f.seconds * 1000) / 1000;
+    record(p, f.within_grace ? "Normal" : "Warning", f.within_grace ? "Reclaimed" : "ReclaimMissedGrace",
+           what + " is back to " + std::to_string(f.replicas) + " Ready replicas " + seconds_text(f.seconds) +
+               " s after the reclaim began (" + f.reason + "; reclaimGraceSeconds " +
+               std::to_string(int64_t(s.policy.reclaim_grace_seconds)) + (f.within_grace ? ")" : ", missed)"));
+    if (metrics_ != nullptr) metrics_->reclaim_finished(f.reason, f.seconds, f.within_grace);
+  }
 }
 
 void JobReconciler::return_borrowed(Pass& p, const std::string& why) {

@@ -102,6 +102,10 @@ class JobReconciler {
   controller::ReconcileResult planning_failed(Pass& p, const PlanningError& e);
   std::optional<controller::ReconcileResult> elastic_pool(Pass& p, ElasticStep& step);
   PoolCapacity lend(Pass& p);
+  // The events of one entry's lending decision (a scale-in, a reclaim begun or finished); a
+  // finished reclaim also counts in `l` and the operator's metrics.
+  void record_lending_events(Pass& p, const BorrowSource& s, int64_t replicas, const lending::LendingDecision& d,
+                             api::LendingStatus& l);
   void return_borrowed(Pass& p, const std::string& why);
   std::optional<nlohmann::json> find_workload(const std::string& ns, const BorrowSource& s, std::string& problem);
   lending::DemandSource& demand_source();
