@@ -46,84 +46,88 @@ std::optional<controller::ReconcileResult> JobReconciler::elastic_pool(Pass& p, 
   const lending::ResizeDecision d = lending::decide_resize(in);
   step.note = d.message;
 
-  auto count_resize = [&](const std::string& reason, const std::string& message) {
-    api::ResizeStatus r;
-    r.time = p.now;
-    r.reason = reason;
-    r.message = message;
-    r.from_ranks = d.from_ranks;
-    r.to_ranks = d.action == lending::ResizeAction::WAIT ? 0 : d.to_ranks;
-    r.checkpoint_step = p.status.last_checkpoint_step;
-    p.status.last_resize = r;
-    p.status.resizes += 1;
-    if (metrics_ != nullptr) metrics_->resized(reason);
-  };
-
   switch (d.action) {
     case lending::ResizeAction::NONE:
       return std::nullopt;
     case lending::ResizeAction::REPLAN:
       step.planned = false;
       return std::nullopt;
-    case lending::ResizeAction::WAIT: {
-      int64_t stopped = 0;
-      for (const nlohmann::json& pod : p.pods)
-        if (!pass::terminating(pod)) {
-          delete_quietly(kube::pods_type(), p.ns, pass::name_of(pod));
-          ++stopped;
-        }
-      if (has_pods) {
-        count_resize(d.reason, d.message);
-        record(p, "Warning", "Waiting", d.message + " (" + std::to_string(stopped) + " pods stopped)");
-      }
-      api::set_condition(p.status.conditions, api::CONDITION_PLANNED, api::CONDITION_FALSE, d.reason, d.message,
-                         p.generation, p.now);
-      if (api::find_condition(p.status.conditions, api::CONDITION_RUNNING) != nullptr)
-        api::set_condition(p.status.conditions, api::CONDITION_RUNNING, api::CONDITION_FALSE, d.reason, d.message,
-                           p.generation, p.now);
-      p.status.phase = api::PHASE_WAITING;
-      p.status.message = d.message;
-      p.status.replicas = {0, 0, 0, 0};
-      p.status.borrowed_devices = 0;
-      write_status(p);
-      return pass::requeue_after(options_.waiting_requeue);
-    }
+    case lending::ResizeAction::WAIT:
+      return wait_for_ranks(p, d, has_pods);
     case lending::ResizeAction::RESIZE:
       break;
   }
-  if (d.reason == "PoolGrew") {
-    // Growth must pay for its restart: plan the bigger pool (once per offer) and compare.
-    const std::string key = slots_key(in.offered);
-    double offered_step = 0;
-    {
-      std::lock_guard<std::mutex> lock(growth_mu_);
-      auto it = growth_checks_.find(p.uid);
-      if (it != growth_checks_.end() && it->second.first == key) offered_step = it->second.second;
-    }
-    if (offered_step == 0) {
-      step.plan_for_offer = plan_job(p.job, {.nodes = p.nodes, .config_maps = reader_.config_maps(p.ns), .capacity = &step.capacity});
-      offered_step = step.plan_for_offer->summary.predicted_step_seconds;
-      std::lock_guard<std::mutex> lock(growth_mu_);
-      growth_checks_[p.uid] = {key, offered_step};
-    }
-    const double current_step = step.plan.summary.predicted_step_seconds;
-    if (!lending::growth_pays(current_step, offered_step, p.bounds.min_growth_gain)) {
-      step.note = "the pool offers " + std::to_string(d.to_ranks) + " ranks, but the planner predicts " +
-                  std::to_string(offered_step) + " s/step against " + std::to_string(current_step) +
-                  " s/step now: growing would not pay for its restart";
-      step.plan_for_offer.reset();
-      return std::nullopt;
-    }
-  }
-  count_resize(d.reason, d.message);
+  if (d.reason == "PoolGrew" && !growth_pays_off(p, step, d, slots_key(in.offered))) return std::nullopt;
+  count_resize(p, d);
   step.planned = false;
   const std::string message = "Resizing: " + d.message;
-  api::set_condition(p.status.conditions, api::CONDITION_RUNNING, api::CONDITION_FALSE, "Resizing", message, p.generation,
-                     p.now);
+  api::set_condition(p.status.conditions, api::CONDITION_RUNNING, api::CONDITION_FALSE, "Resizing", message,
+                     p.generation, p.now);
   p.status.phase = api::PHASE_RESIZING;
   p.status.message = message;
   record(p, "Normal", "Resizing", d.message);
   return std::nullopt;
+}
+
+void JobReconciler::count_resize(Pass& p, const lending::ResizeDecision& d) {
+  api::ResizeStatus r;
+  r.time = p.now;
+  r.reason = d.reason;
+  r.message = d.message;
+  r.from_ranks = d.from_ranks;
+  r.to_ranks = d.action == lending::ResizeAction::WAIT ? 0 : d.to_ranks;
+  r.checkpoint_step = p.status.last_checkpoint_step;
+  p.status.last_resize = r;
+  p.status.resizes += 1;
+  if (metrics_ != nullptr) metrics_->resized(d.reason);
+}
+
+controller::ReconcileResult JobReconciler::wait_for_ranks(Pass& p, const lending::ResizeDecision& d, bool has_pods) {
+  int64_t stopped = 0;
+  for (const nlohmann::json& pod : p.pods)
+    if (!pass::terminating(pod)) {
+      delete_quietly(kube::pods_type(), p.ns, pass::name_of(pod));
+      ++stopped;
+    }
+  if (has_pods) {
+    count_resize(p, d);
+    record(p, "Warning", "Waiting", d.message + " (" + std::to_string(stopped) + " pods stopped)");
+  }
+  api::set_condition(p.status.conditions, api::CONDITION_PLANNED, api::CONDITION_FALSE, d.reason, d.message,
+                     p.generation, p.now);
+  if (api::find_condition(p.status.conditions, api::CONDITION_RUNNING) != nullptr)
+    api::set_condition(p.status.conditions, api::CONDITION_RUNNING, api::CONDITION_FALSE, d.reason, d.message,
+                       p.generation, p.now);
+  p.status.phase = api::PHASE_WAITING;
+  p.status.message = d.message;
+  p.status.replicas = {0, 0, 0, 0};
+  p.status.borrowed_devices = 0;
+  write_status(p);
+  return pass::requeue_after(options_.waiting_requeue);
+}
+
+bool JobReconciler::growth_pays_off(Pass& p, ElasticStep& step, const lending::ResizeDecision& d,
+                                    const std::string& offer_key) {
+  double offered_step = 0;
+  {
+    std::lock_guard<std::mutex> lock(growth_mu_);
+    auto it = growth_checks_.find(p.uid);
+    if (it != growth_checks_.end() && it->second.first == offer_key) offered_step = it->second.second;
+  }
+  if (offered_step == 0) {
+    step.plan_for_offer =
+        plan_job(p.job, {.nodes = p.nodes, .config_maps = reader_.config_maps(p.ns), .capacity = &step.capacity});
+    offered_step = step.plan_for_offer->summary.predicted_step_seconds;
+    std::lock_guard<std::mutex> lock(growth_mu_);
+    growth_checks_[p.uid] = {offer_key, offered_step};
+  }
+  const double current_step = step.plan.summary.predicted_step_seconds;
+  if (lending::growth_pays(current_step, offered_step, p.bounds.min_growth_gain)) return true;
+  step.note = "the pool offers " + std::to_string(d.to_ranks) + " ranks, but the planner predicts " +
+              std::to_string(offered_step) + " s/step against " + std::to_string(current_step) +
+              " s/step now: growing would not pay for its restart";
+  step.plan_for_offer.reset();
+  return false;
 }
 
 }  // namespace qsync::reconciler

@@ -101,6 +101,12 @@ class JobReconciler {
   controller::ReconcileResult finalize(const nlohmann::json& object);
   controller::ReconcileResult planning_failed(Pass& p, const PlanningError& e);
   std::optional<controller::ReconcileResult> elastic_pool(Pass& p, ElasticStep& step);
+  // The elastic pass's pieces (job_elastic_pass.cpp): a resize counted in status and metrics;
+  // below minRanks, the pods stopped and the job Waiting; a growth planned (once per offer) and
+  // taken only if the planner predicts it pays for its restart.
+  void count_resize(Pass& p, const lending::ResizeDecision& d);
+  controller::ReconcileResult wait_for_ranks(Pass& p, const lending::ResizeDecision& d, bool has_pods);
+  bool growth_pays_off(Pass& p, ElasticStep& step, const lending::ResizeDecision& d, const std::string& offer_key);
   PoolCapacity lend(Pass& p);
   // The events of one entry's lending decision (a scale-in, a reclaim begun or finished); a
   // finished reclaim also counts in `l` and the operator's metrics.
