@@ -182,36 +182,15 @@ nlohmann::json summary_json(const InferSummary& s) {
   return j;
 }
 
-}  // namespace
-
-InferSummary infer_run(const InferConfig& c) {
-  const DeviceClass& device = c.device_class.empty() ? device_class_fallback(device_class_by_name("cpu-amx"))
-                                                     : device_class_by_name(c.device_class);
-  device_class_activate(device, c.threads);
-  const RendezvousConfig rc = rendezvous_for(c);
-  const Prepared p = prepare(c, rc.world_size);
-
-  World world = world_join(rc, GlooLoopPolicy::kSchedBatch);  // latency-bound: many small all-reduces a token
-  std::unique_ptr<Collectives>& coll = world.collectives;
-  coll = collectives_with_link(std::move(coll), p.link);
-  TpTransformer model = tp_rank(p.weights, p.layout, *coll);
-  model.set_dropped(p.dropped);
-
-  InferSummary s;
-  s.model = p.desc.name;
-  s.tp_degree = p.layout.ranks;
-  s.rank = coll->rank();
-  for (size_t b = 0; b < p.dropped.size(); ++b)
-    if (p.dropped[b]) s.dropped_blocks.push_back(int64_t(b));
-  s.link = p.link.describe();
-  s.collectives = coll->backend();
-  s.prompt_tokens = int64_t(p.prompt.size());
-  s.repeat = c.repeat;
+// c.repeat timed generations from the same seed (prefill, then decode a token at a time), their
+// medians into s; the first repeat's tokens and last prompt logits kept.
+std::vector<int32_t> generate_timed(TpTransformer& model, Collectives& coll, const Prepared& p, const InferConfig& c,
+                                    InferSummary& s) {
   const int64_t V = model.vocab();
   std::vector<double> prefill, prefill_ar, decode, decode_ar;
   std::vector<int32_t> generated;
   for (int64_t rep = 0; rep < c.repeat; ++rep) {
-    coll->barrier();  // start every repeat together: the timings measure the work, not the skew of the start
+    coll.barrier();  // start every repeat together: the timings measure the work, not the skew of the start
     std::mt19937_64 rng(c.seed);
     std::vector<int32_t> out;
     model.reset(1);
@@ -245,44 +224,76 @@ InferSummary infer_run(const InferConfig& c) {
   s.prefill_allreduce_seconds = median_of(prefill_ar);
   s.decode_token_seconds = median_of(decode);
   s.decode_allreduce_seconds = median_of(decode_ar);
+  return generated;
+}
+
+// --eval: the held-out quality on the evaluation windows of the validation split (spd-plan
+// calibrates on the others), spread over all of it.
+void evaluate_held_out(TpTransformer& model, const InferConfig& c, InferSummary& s) {
+  const int64_t T = model.max_tokens();
+  const HeldOutWindows held_out = char_heldout_windows(char_corpus_load(c.eval, T, 0.1).validation, T);
+  const TpQuality q = tp_evaluate(model, char_windows_spread(held_out.evaluation, T, c.eval_windows), T, 0,
+                                  TP_EVALUATE_BATCH, held_out.stride());
+  s.evaluated = true;
+  s.eval_loss = q.loss;
+  s.eval_perplexity = q.perplexity;
+  s.eval_accuracy = q.accuracy;
+  s.eval_positions = q.positions;
+}
+
+// Rank 0's output: the prompt and generated text, the timing and quality lines, the logits and
+// summary files asked for.
+void report_inference(const InferSummary& s, const Prepared& p, const InferConfig& c, int64_t blocks) {
+  std::fputs((char_decode(p.prompt) + s.generated_text + "\n").c_str(), stdout);
+  if (!c.quiet) {
+    std::fprintf(stdout, "tp %d, dropped %zu of %lld blocks, link %s: prefill %.3f ms (all-reduce %.0f%%), "
+                 "decode %.3f ms/token (all-reduce %.0f%%, %.1f all-reduces/token)\n",
+                 s.tp_degree, s.dropped_blocks.size(), (long long)blocks, s.link.c_str(), s.prefill_seconds * 1e3,
+                 s.prefill_seconds > 0 ? 100 * s.prefill_allreduce_seconds / s.prefill_seconds : 0.0,
+                 s.decode_token_seconds * 1e3,
+                 s.decode_token_seconds > 0 ? 100 * s.decode_allreduce_seconds / s.decode_token_seconds : 0.0,
+                 s.allreduces_per_token);
+    if (s.evaluated)
+      std::fprintf(stdout, "held-out: perplexity %.4f, next-char accuracy %.4f over %lld positions\n",
+                   s.eval_perplexity, s.eval_accuracy, (long long)s.eval_positions);
+  }
+  std::fflush(stdout);
+  if (!c.logits_out.empty())
+    write_json(c.logits_out, {{"model", s.model}, {"tp_degree", s.tp_degree}, {"dropped_blocks", s.dropped_blocks},
+                              {"prompt_tokens", s.prompt_tokens}, {"logits", s.last_logits}});
+  if (!c.summary_json.empty()) write_json(c.summary_json, summary_json(s));
+}
+
+}  // namespace
+
+InferSummary infer_run(const InferConfig& c) {
+  const DeviceClass& device = c.device_class.empty() ? device_class_fallback(device_class_by_name("cpu-amx"))
+                                                     : device_class_by_name(c.device_class);
+  device_class_activate(device, c.threads);
+  const RendezvousConfig rc = rendezvous_for(c);
+  const Prepared p = prepare(c, rc.world_size);
+
+  World world = world_join(rc, GlooLoopPolicy::kSchedBatch);  // latency-bound: many small all-reduces a token
+  std::unique_ptr<Collectives>& coll = world.collectives;
+  coll = collectives_with_link(std::move(coll), p.link);
+  TpTransformer model = tp_rank(p.weights, p.layout, *coll);
+  model.set_dropped(p.dropped);
+
+  InferSummary s;
+  s.model = p.desc.name;
+  s.tp_degree = p.layout.ranks;
+  s.rank = coll->rank();
+  for (size_t b = 0; b < p.dropped.size(); ++b)
+    if (p.dropped[b]) s.dropped_blocks.push_back(int64_t(b));
+  s.link = p.link.describe();
+  s.collectives = coll->backend();
+  s.prompt_tokens = int64_t(p.prompt.size());
+  s.repeat = c.repeat;
+  const std::vector<int32_t> generated = generate_timed(model, *coll, p, c, s);
   s.new_tokens = int64_t(generated.size());
   s.generated_text = char_decode(generated);
-
-  if (!c.eval.empty()) {
-    // The evaluation windows of the validation split (spd-plan calibrates on the others), spread
-    // over all of it.
-    const int64_t T = model.max_tokens();
-    const HeldOutWindows held_out = char_heldout_windows(char_corpus_load(c.eval, T, 0.1).validation, T);
-    const TpQuality q =
-        tp_evaluate(model, char_windows_spread(held_out.evaluation, T, c.eval_windows), T, 0, TP_EVALUATE_BATCH,
-                    held_out.stride());
-    s.evaluated = true;
-    s.eval_loss = q.loss;
-    s.eval_perplexity = q.perplexity;
-    s.eval_accuracy = q.accuracy;
-    s.eval_positions = q.positions;
-  }
-
-  if (s.rank == 0) {
-    std::fputs((char_decode(p.prompt) + s.generated_text + "\n").c_str(), stdout);
-    if (!c.quiet) {
-      std::fprintf(stdout, "tp %d, dropped %zu of %lld blocks, link %s: prefill %.3f ms (all-reduce %.0f%%), "
-                   "decode %.3f ms/token (all-reduce %.0f%%, %.1f all-reduces/token)\n",
-                   s.tp_degree, s.dropped_blocks.size(), (long long)model.blocks(), s.link.c_str(),
-                   s.prefill_seconds * 1e3, s.prefill_seconds > 0 ? 100 * s.prefill_allreduce_seconds / s.prefill_seconds : 0.0,
-                   s.decode_token_seconds * 1e3,
-                   s.decode_token_seconds > 0 ? 100 * s.decode_allreduce_seconds / s.decode_token_seconds : 0.0,
-                   s.allreduces_per_token);
-      if (s.evaluated)
-        std::fprintf(stdout, "held-out: perplexity %.4f, next-char accuracy %.4f over %lld positions\n",
-                     s.eval_perplexity, s.eval_accuracy, (long long)s.eval_positions);
-    }
-    std::fflush(stdout);
-    if (!c.logits_out.empty())
-      write_json(c.logits_out, {{"model", s.model}, {"tp_degree", s.tp_degree}, {"dropped_blocks", s.dropped_blocks},
-                                {"prompt_tokens", s.prompt_tokens}, {"logits", s.last_logits}});
-    if (!c.summary_json.empty()) write_json(c.summary_json, summary_json(s));
-  }
+  if (!c.eval.empty()) evaluate_held_out(model, c, s);
+  if (s.rank == 0) report_inference(s, p, c, model.blocks());
   return s;
 }
 
