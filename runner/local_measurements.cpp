@@ -4,13 +4,10 @@
 
 #include <signal.h>
 #include <sys/wait.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
-#include <cstring>
-#include <fcntl.h>
 #include <filesystem>
 #include <stdexcept>
 #include <thread>
@@ -18,7 +15,7 @@
 
 #include "planner/device_profile.h"
 #include "planner/local_plan.h"
-#include "runner/cpu_pinning.h"
+#include "runner/child_process.h"
 
 namespace qsync {
 namespace {
@@ -30,38 +27,11 @@ struct Measurement {
   std::string log;
   std::vector<int> cpus;  // pinned there (empty: not pinned)
   pid_t pid = -1;
-  std::vector<std::pair<std::string, std::string>> env;  // set in the child
+  ChildEnv env;  // set in the child
 };
 
-// Starts argv with stdout and stderr to `log`, on m.cpus.
-void start_measurement(Measurement& m) {
-  const std::vector<std::string>& args = m.args;
-  const std::string& log = m.log;
-  const std::vector<int>& cpus = m.cpus;
-  const pid_t pid = fork();
-  if (pid < 0) throw std::runtime_error(std::string("fork failed: ") + std::strerror(errno));
-  if (pid == 0) {
-    const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fd >= 0) {
-      dup2(fd, STDOUT_FILENO);
-      dup2(fd, STDERR_FILENO);
-    }
-    for (const auto& [k, v] : m.env) setenv(k.c_str(), v.c_str(), 1);
-    try {
-      pin_to_cpus(cpus);
-    } catch (const std::exception& e) {
-      std::fprintf(stderr, "%s\n", e.what());
-      _exit(127);
-    }
-    std::vector<char*> argv;
-    for (const std::string& s : args) argv.push_back(const_cast<char*>(s.c_str()));
-    argv.push_back(nullptr);
-    execv(argv[0], argv.data());
-    std::fprintf(stderr, "cannot run %s: %s\n", argv[0], std::strerror(errno));
-    _exit(127);
-  }
-  m.pid = pid;
-}
+// Starts m.args with stdout and stderr to m.log, on m.cpus.
+void start_measurement(Measurement& m) { m.pid = spawn_child(m.args, m.env, m.log, -1, m.cpus); }
 
 // Waits for every started measurement; throws naming the first failed command and its log.
 // The measurements run as one pool (a rendezvous): once one fails, the others would wait for it

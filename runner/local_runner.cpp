@@ -22,6 +22,7 @@
 #include "planner/model_desc.h"
 #include "planner/plan_file.h"
 #include "planner/worker_command.h"
+#include "runner/child_process.h"
 #include "runner/cpu_pinning.h"
 #include "runner/local_job_check.h"
 #include "runner/local_planning.h"
@@ -79,29 +80,6 @@ std::vector<std::string> worker_args(const RunOptions& o, const JobFile& j, cons
   l.collective_timeout_seconds = o.collective_timeout_seconds;
   l.log_every = 1;
   return worker_train_command(j.name, j.spec, l);
-}
-
-pid_t spawn(const std::vector<std::string>& args, const std::vector<std::pair<std::string, std::string>>& env,
-            int out_fd_write, const std::string& log_path, const std::vector<int>& cpus) {
-  const pid_t pid = fork();
-  if (pid < 0) throw std::runtime_error(std::string("fork failed: ") + std::strerror(errno));
-  if (pid > 0) return pid;
-  for (const auto& [k, v] : env) setenv(k.c_str(), v.c_str(), 1);
-  dup2(out_fd_write, STDOUT_FILENO);
-  const int log = open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (log >= 0) dup2(log, STDERR_FILENO);
-  try {
-    pin_to_cpus(cpus);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "%s\n", e.what());
-    _exit(127);
-  }
-  std::vector<char*> argv;
-  for (const std::string& s : args) argv.push_back(const_cast<char*>(s.c_str()));
-  argv.push_back(nullptr);
-  execv(argv[0], argv.data());
-  std::fprintf(stderr, "cannot run %s: %s\n", argv[0], std::strerror(errno));
-  _exit(127);
 }
 
 }  // namespace
@@ -183,10 +161,12 @@ RankOutcome start_rank(const LocalLaunch& l, int r, Worker& wk, RunProgress& pro
   fs::remove(wk.summary_path);
   int fds[2];
   if (pipe(fds) != 0) throw std::runtime_error(std::string("pipe failed: ") + std::strerror(errno));
-  wk.pid = spawn(worker_args(o, l.job, w, r, c.name, plan_path, l.ckpt, wk.summary_path),
-                 {{"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", std::to_string(l.port)}, {"RANK", std::to_string(r)},
-                  {"WORLD_SIZE", std::to_string(world)}},
-                 fds[1], wk.log_path, rank_cpus);
+  wk.pid = spawn_child(worker_args(o, l.job, w, r, c.name, plan_path, l.ckpt, wk.summary_path),
+                       {{"MASTER_ADDR", "127.0.0.1"},
+                        {"MASTER_PORT", std::to_string(l.port)},
+                        {"RANK", std::to_string(r)},
+                        {"WORLD_SIZE", std::to_string(world)}},
+                       wk.log_path, fds[1], rank_cpus);
   close(fds[1]);
   wk.out_fd = fds[0];
   return outcome;
