@@ -38,7 +38,13 @@
 // times a factor, plus the replayed tail and a constant, both fitted on two measured worlds
 // (uniform FP32 and every rank at int8-all), put the MLP's rows within 3.5% but left the CNN's
 // weak int8-all at +9.8%; it would also need alone costs (CPU time per op) and a second world in
-// the profile. Left.
+// the profile. Left. Tried on a Zen 4 (2026-12-08, a noisier host: the same configuration's rounds
+// spread 11% at the median): each op's cost as the rank thread's CPU time in the profiling world
+// (CLOCK_THREAD_CPUTIME_ID, the ranks at one thread each), its alone cost, with the span and its
+// fit as above. The 24 plans of 3 and 4 ranks, run right after the same with the wall clock:
+// median error 5.3% against 6.6%, worst 17.7% against 26.8%, but every row under-predicted
+// (-0.2..-17.7%, the wall clock's -7..+27%). Measured once on a noisy host and biased: it needs
+// repeated pairs on a quieter machine before it replaces the wall clock. Left.
 //
 //   std::optional<SharedCpus> s = shared_cpus_fit(model, pool, threads, cpus, comm, bucket_bytes, world);
 //   StepPrediction p = replay_step(model, ranks, comm, bucket_bytes);
