@@ -41,10 +41,11 @@
 // the profile. Left. Tried on a Zen 4 (2026-12-08, a noisier host: the same configuration's rounds
 // spread 11% at the median): each op's cost as the rank thread's CPU time in the profiling world
 // (CLOCK_THREAD_CPUTIME_ID, the ranks at one thread each), its alone cost, with the span and its
-// fit as above. The 24 plans of 3 and 4 ranks, run right after the same with the wall clock:
-// median error 5.3% against 6.6%, worst 17.7% against 26.8%, but every row under-predicted
-// (-0.2..-17.7%, the wall clock's -7..+27%). Measured once on a noisy host and biased: it needs
-// repeated pairs on a quieter machine before it replaces the wall clock. Left.
+// fit as above. The 24 plans of 3 and 4 ranks, a run of each clock one after the other, twice:
+// median error 5.3% against the wall clock's 6.6% and worst 17.7% against 26.8% (every row
+// under-predicted, -0.2..-17.7%, the wall clock's -7..+27%), then, with rounds spreading 19% and
+// 24%, 8.6% against 6.1% and 26.1% against 28.2%. Noise either way on this host: it needs pairs
+// on a quieter machine before it could replace the wall clock. Left.
 //
 //   std::optional<SharedCpus> s = shared_cpus_fit(model, pool, threads, cpus, comm, bucket_bytes, world);
 //   StepPrediction p = replay_step(model, ranks, comm, bucket_bytes);
