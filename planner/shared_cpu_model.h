@@ -39,7 +39,7 @@
 // (uniform FP32 and every rank at int8-all), put the MLP's rows within 3.5% but left the CNN's
 // weak int8-all at +9.8%; it would also need alone costs (CPU time per op) and a second world in
 // the profile. Left. Tried on a Zen 4 (2026-12-08, a noisier host: the same configuration's rounds
-// spread 11% at the median): each op's cost as the rank thread's CPU time in the profiling world
+// spread 10-24% at the median): each op's cost as the rank thread's CPU time in the profiling world
 // (CLOCK_THREAD_CPUTIME_ID, the ranks at one thread each), its alone cost, with the span and its
 // fit as above. The 24 plans of 3 and 4 ranks, a run of each clock one after the other, twice:
 // median error 5.3% against the wall clock's 6.6% and worst 17.7% against 26.8% (every row
