@@ -20,7 +20,7 @@ pid_t spawn_child(const std::vector<std::string>& args, const ChildEnv& env, con
   const pid_t pid = fork();
   if (pid < 0) throw std::runtime_error(std::string("fork failed: ") + std::strerror(errno));
   if (pid > 0) return pid;
-  const int log_fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  const int log_fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);  // dup2's copies stay open
   if (stdout_fd >= 0) dup2(stdout_fd, STDOUT_FILENO);
   else if (log_fd >= 0) dup2(log_fd, STDOUT_FILENO);
   if (log_fd >= 0) dup2(log_fd, STDERR_FILENO);

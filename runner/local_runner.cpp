@@ -160,7 +160,8 @@ RankOutcome start_rank(const LocalLaunch& l, int r, Worker& wk, RunProgress& pro
   wk.summary_path = (fs::path(o.work_dir) / "summaries" / ("rank-" + std::to_string(r) + ".json")).string();
   fs::remove(wk.summary_path);
   int fds[2];
-  if (pipe(fds) != 0) throw std::runtime_error(std::string("pipe failed: ") + std::strerror(errno));
+  // Close-on-exec: each worker keeps only its own end (as its stdout), not its peers' pipes.
+  if (pipe2(fds, O_CLOEXEC) != 0) throw std::runtime_error(std::string("pipe failed: ") + std::strerror(errno));
   wk.pid = spawn_child(worker_args(o, l.job, w, r, c.name, plan_path, l.ckpt, wk.summary_path),
                        {{"MASTER_ADDR", "127.0.0.1"},
                         {"MASTER_PORT", std::to_string(l.port)},
